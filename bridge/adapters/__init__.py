@@ -1,0 +1,33 @@
+"""Backends by name, imported lazily so the CLI loads only the one it uses (DESIGN §5)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from bridge.errors import InvalidSpec
+
+if TYPE_CHECKING:
+    from bridge.adapters.base import Adapter
+    from bridge.api.cluster import BridgeCluster
+
+#: backend name → "module:class"; importing a backend module must not import another backend's client
+REGISTRY = {
+    "local": "bridge.adapters.local:LocalAdapter",
+    "slurm": "bridge.adapters.slurm:SlurmAdapter",
+    "flux": "bridge.adapters.flux:FluxAdapter",
+    "kubernetes": "bridge.adapters.kubernetes:KubernetesAdapter",
+}
+
+
+def adapter_class(backend: str) -> type[Adapter]:
+    try:
+        target = REGISTRY[backend]
+    except KeyError:
+        raise InvalidSpec("backend", backend, f"unknown backend; known: {', '.join(REGISTRY)}") from None
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def get_adapter(cluster: BridgeCluster) -> Adapter:
+    return adapter_class(cluster.spec.type)(cluster)

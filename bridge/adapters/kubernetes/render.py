@@ -1,0 +1,218 @@
+"""LaunchPlan → JobSet (+ MPI Secret and hostfile ConfigMap), following Kubeflow Trainer's conventions.
+
+The runtime's JobSet template (already merged with runtime patches in plan.py) is the starting point;
+this module does what Kubeflow's plugins do (reference §3): trainer overrides on container ``node``, pod
+counts, PET_* for torch, SSH Secret + hostfile for MPI, identity labels. Pure: no client imported here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from bridge.api.loader import dump_yaml
+from bridge.errors import InvalidSpec
+from bridge.mpi.hostfile import Peer, hostfile_for
+from bridge.plan import ANCESTOR_LABEL, MPI_LAUNCHERS, TRAINER_CONTAINER, Launcher, LaunchPlan
+
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+UID_LABEL = "hpcbridge.io/uid"
+NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
+KEYS_ANNOTATION = "hpcbridge.io/ssh-keys"
+
+
+def ssh_secret_name(plan: LaunchPlan) -> str:
+    return f"{plan.name}-mpi-ssh-auth"
+
+
+def hostfile_configmap_name(plan: LaunchPlan) -> str:
+    return f"{plan.name}-mpi-hostfile"
+
+
+def _labels(plan: LaunchPlan) -> dict[str, str]:
+    return {NAME_LABEL: plan.name, UID_LABEL: plan.uid}
+
+
+def _quantity_map(plan: LaunchPlan) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    r = plan.resources
+    if r.cpu is not None:
+        resources["cpu"] = str(r.cpu.numerator) if r.cpu.denominator == 1 else f"{int(r.cpu * 1000)}m"
+    if r.memory_bytes is not None:
+        resources["memory"] = str(r.memory_bytes)
+    if r.gpus and r.gpu_resource:
+        resources[r.gpu_resource] = str(r.gpus)
+    for name, value in r.extra:
+        resources[name] = value
+    return resources
+
+
+def _trainer_job(jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for job in jobs:
+        labels = ((job.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if labels.get(ANCESTOR_LABEL) == "trainer":
+            return job
+    return next((job for job in jobs if job.get("name") == "node"), None)
+
+
+def _pod_spec(job: dict[str, Any]) -> dict[str, Any]:
+    job_spec = job.setdefault("template", {}).setdefault("spec", {})
+    return job_spec.setdefault("template", {}).setdefault("spec", {})
+
+
+def _node_container(job: dict[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in _pod_spec(job).get("containers", []) if c.get("name") == TRAINER_CONTAINER), None)
+
+
+def _set_env(container: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+    env = [e for e in container.get("env", []) if e["name"] not in {x["name"] for x in entries}]
+    container["env"] = env + entries
+
+
+def _set_pod_count(job: dict[str, Any], count: int) -> None:
+    spec = job.setdefault("template", {}).setdefault("spec", {})
+    spec["parallelism"] = count
+    spec["completions"] = count
+
+
+def hostnames(plan: LaunchPlan, job_name: str, count: int, subdomain: str) -> list[str]:
+    return [f"{plan.name}-{job_name}-0-{i}.{subdomain}" for i in range(count)]
+
+
+def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
+    """The JobSet, and for MPI the peers its hostfile lists."""
+    peers: list[Peer] = []
+    spec = copy.deepcopy(dict(plan.jobset_template))
+    jobs: list[dict[str, Any]] = spec.setdefault("replicatedJobs", [])
+    if not jobs:
+        if not plan.image:
+            raise InvalidSpec("spec.trainer.image", None,
+                              f"runtime {plan.runtime_name!r} has no JobSet template, so Kubernetes needs an image")
+        jobs.append({"name": "node", "replicas": 1, "template": {
+            "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": TRAINER_CONTAINER}]}}}}})
+    trainer = _trainer_job(jobs)
+    assert trainer is not None  # plan.py found it, or we just built it
+    container = _node_container(trainer)
+    if container is None:
+        raise InvalidSpec(f"runtime {plan.runtime_name}: replicatedJobs[{trainer['name']}]", None,
+                          "no container named 'node'")
+    if plan.image:
+        container["image"] = plan.image
+    elif not container.get("image"):
+        raise InvalidSpec("spec.trainer.image", None, "Kubernetes needs an image (TrainJob or runtime)")
+    container["command"] = list(plan.command)
+    container.pop("args", None)
+    user_env = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
+                 **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
+    _set_env(container, user_env)
+    resources = _quantity_map(plan)
+    if resources:
+        container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
+
+    subdomain = (spec.get("network") or {}).get("subdomain") or plan.name
+    node_job = next((job for job in jobs if job.get("name") == "node"), trainer)
+    if plan.launcher in MPI_LAUNCHERS:
+        peers = _mpi(plan, jobs, trainer, node_job, container, subdomain, user_env, resources)
+    else:
+        _set_pod_count(trainer, plan.nodes)
+        if plan.launcher == Launcher.TORCHRUN:
+            _torch(plan, container)
+
+    for job in jobs:
+        job_spec = job.setdefault("template", {}).setdefault("spec", {})
+        if plan.time_limit_seconds:
+            job_spec["activeDeadlineSeconds"] = plan.time_limit_seconds
+        pod_meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
+        pod_meta.setdefault("labels", {}).update(_labels(plan))
+    if plan.suspend:
+        spec["suspend"] = True
+    metadata: dict[str, Any] = {"name": plan.name, "namespace": plan.namespace,
+                                "labels": {**dict(plan.labels), **_labels(plan)}}
+    return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
+
+
+def _torch(plan: LaunchPlan, container: dict[str, Any]) -> None:
+    master = f"{plan.name}-node-0-0.{plan.name}"
+    _set_env(container, [
+        {"name": "PET_NNODES", "value": str(plan.nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(plan.procs_per_node)},
+        {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+        {"name": "PET_MASTER_ADDR", "value": master},
+        {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)},
+    ])
+    ports = [p for p in container.get("ports", []) if p.get("containerPort") != plan.rdzv_port]
+    container["ports"] = ports + [{"containerPort": plan.rdzv_port}]
+
+
+def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_env, resources) -> list[Peer]:
+    launcher_job = next((job for job in jobs if job.get("name") == "launcher"), None)
+    if launcher_job is not None and node_job is not launcher_job:
+        workers = max(plan.nodes - 1, 1) if plan.run_launcher_as_node else plan.nodes
+        _set_pod_count(node_job, workers)
+        peers = hostnames(plan, "node", workers, subdomain)
+        if plan.run_launcher_as_node:
+            peers += hostnames(plan, "launcher", 1, subdomain)
+            worker_container = _node_container(node_job)
+            if worker_container is not None:
+                _set_env(worker_container, user_env)
+                if resources:
+                    worker_container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
+    else:
+        _set_pod_count(trainer, plan.nodes)
+        peers = hostnames(plan, trainer["name"], plan.nodes, subdomain)
+    mount = plan.ssh_auth_mount_path or "/root/.ssh"
+    for job in jobs:
+        pod = _pod_spec(job)
+        node = _node_container(job)
+        if node is None:
+            continue
+        volumes = [v for v in pod.get("volumes", []) if v.get("name") not in ("mpi-ssh-auth", "mpi-hostfile")]
+        volumes.append({"name": "mpi-ssh-auth", "secret": {"secretName": ssh_secret_name(plan), "defaultMode": 0o400,
+                        "items": [{"key": "ssh-privatekey", "path": "id_rsa", "mode": 0o640},
+                                  {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": 0o644},
+                                  {"key": "ssh-publickey", "path": "authorized_keys", "mode": 0o644}]}})
+        mounts = [m for m in node.get("volumeMounts", []) if m.get("name") not in ("mpi-ssh-auth", "mpi-hostfile")]
+        mounts.append({"name": "mpi-ssh-auth", "mountPath": mount})
+        if job is trainer:
+            volumes.append({"name": "mpi-hostfile", "configMap": {"name": hostfile_configmap_name(plan),
+                            "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}]}})
+            mounts.append({"name": "mpi-hostfile", "mountPath": "/etc/mpi"})
+        pod["volumes"] = volumes
+        node["volumeMounts"] = mounts
+    if plan.launcher == Launcher.OPENMPI:
+        _set_env(container, [
+            {"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
+            {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+            {"name": "OMPI_MCA_orte_set_default_slots", "value": str(plan.procs_per_node)},
+            {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
+        ])
+    else:
+        _set_env(container, [{"name": "HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"},
+                             {"name": "I_MPI_HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"}])
+    return [Peer(host, plan.procs_per_node) for host in peers]
+
+
+def mpi_objects(plan: LaunchPlan, peers: list[Peer]) -> list[dict[str, Any]]:
+    labels = _labels(plan)
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth", "immutable": True,
+              "metadata": {"name": ssh_secret_name(plan), "namespace": plan.namespace, "labels": labels,
+                           # Keys are made at submit time, never rendered: render stays pure and keys secret.
+                           "annotations": {KEYS_ANNOTATION: "generated-at-submit"}},
+              "data": {}}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": hostfile_configmap_name(plan), "namespace": plan.namespace, "labels": labels},
+                 "data": {"hostfile": hostfile_for(plan.launcher.value, peers)}}
+    return [secret, configmap]
+
+
+def render_objects(plan: LaunchPlan) -> list[dict[str, Any]]:
+    js, peers = jobset(plan)
+    if plan.launcher in MPI_LAUNCHERS:
+        return [*mpi_objects(plan, peers), js]
+    return [js]
+
+
+def render_manifests(plan: LaunchPlan) -> str:
+    return dump_yaml(render_objects(plan))

@@ -1,0 +1,106 @@
+"""LaunchPlan → Slurm batch script. Pure: same plan, same bytes (pinned by golden files).
+
+Every ``#SBATCH`` value is validated single-line in plan.py and quoted here; every value in the body goes
+through ``bridge.shell.quote``. Options Slurm cannot express are errors raised before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bridge import __version__
+from bridge.mpi.bootstrap import LaunchSpec
+from bridge.plan import MPI_LAUNCHERS, Launcher, LaunchPlan, check_shell_env
+from bridge.shell import join, quote
+
+DEFAULT_OUTPUT = "hpcbridge-%x-%j.out"
+#: prefix of the comment every job carries; the uid after it makes submit idempotent
+COMMENT_PREFIX = "hpcbridge.io/uid="
+
+
+def slurm_time(seconds: int) -> str:
+    """Seconds as Slurm's [D-]HH:MM:SS (Slurm itself rounds up to whole minutes)."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def directive_value(value: str) -> str:
+    # plan.py guarantees no quotes, backslashes or control characters; sbatch splits on blanks and '#'
+    return f'"{value}"' if re.search(r"[\s#]", value) else value
+
+
+def tasks_per_node(plan: LaunchPlan) -> int:
+    # MPI ranks are Slurm tasks (mpirun places them with the allocation); torchrun and plain commands run
+    # once per node and start their own workers.
+    return plan.procs_per_node if plan.launcher in MPI_LAUNCHERS or plan.launcher == Launcher.FLUX else 1
+
+
+def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
+    options: list[tuple[str, str | None]] = [
+        ("job-name", plan.name),
+        ("comment", f"{COMMENT_PREFIX}{plan.uid}"),
+        ("nodes", str(plan.nodes)),
+        ("ntasks-per-node", str(tasks_per_node(plan))),
+    ]
+    resources = plan.resources
+    if resources.cpu_count is not None:
+        per_task = -(-resources.cpu_count // tasks_per_node(plan))
+        options.append(("cpus-per-task", str(per_task)))
+    if resources.memory_mib is not None:
+        options.append(("mem", f"{resources.memory_mib}M"))
+    if resources.gpus:
+        options.append(("gpus-per-node", str(resources.gpus)))
+    if plan.time_limit_seconds:
+        options.append(("time", slurm_time(plan.time_limit_seconds)))
+    knobs = plan.options
+    for name in ("partition", "account", "qos", "constraint", "array", "dependency"):
+        value = getattr(knobs, name)
+        if value:
+            options.append((name, value))
+    if knobs.exclusive:
+        options.append(("exclusive", None))
+    options.append(("output", knobs.output or DEFAULT_OUTPUT))
+    if knobs.error:
+        options.append(("error", knobs.error))
+    if plan.workdir:
+        options.append(("chdir", plan.workdir))
+    if plan.suspend:
+        options.append(("hold", None))
+    options.extend(knobs.sbatch_extra)
+    return options
+
+
+def launch_spec(plan: LaunchPlan) -> LaunchSpec:
+    return LaunchSpec(
+        launcher=plan.launcher.value,
+        discovery="slurm",
+        procs_per_node=plan.procs_per_node,
+        nodes=plan.nodes,
+        command=plan.exec_argv,
+        forward_env=tuple(entry.name for entry in plan.env) if plan.launcher in MPI_LAUNCHERS else (),
+        rdzv_port=plan.rdzv_port,
+        job_id=plan.uid,
+    )
+
+
+def render_script(plan: LaunchPlan) -> str:
+    check_shell_env(plan)
+    lines = ["#!/bin/bash"]
+    for name, value in directives(plan):
+        lines.append(f"#SBATCH --{name}" if value is None else f"#SBATCH --{name}={directive_value(value)}")
+    lines.append("")
+    lines.append(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
+                 f"on cluster {plan.cluster}. Generated; re-render instead of editing.")
+    lines.append("set -eu")
+    for entry in plan.env:
+        lines.append(f"export {entry.name}={quote(entry.value or '')}")
+    launch = [*plan.launch_command, *launch_spec(plan).to_args()]
+    if plan.launcher in MPI_LAUNCHERS or plan.launcher == Launcher.FLUX:
+        # the batch host starts mpirun, which places ranks on the allocation through Slurm itself
+        lines.append(f"exec {join(launch)}")
+    else:
+        lines.append(f"exec srun --nodes={plan.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 {join(launch)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,63 @@
+"""The typed error hierarchy every layer raises (DESIGN §4).
+
+Callers decide what to do from the type alone: ``InvalidSpec`` is the user's to fix (exit 2, never
+retried), ``BackendUnavailable`` is transient (retry with backoff), ``BackendRejected`` is the
+backend's permanent "no" and carries its message.
+"""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """Base of every error hpc-bridge raises on purpose."""
+
+    #: whether retrying the same call later may succeed
+    retryable: bool = False
+    #: process exit code the CLI uses for this error
+    exit_code: int = 1
+
+
+class InvalidSpec(BridgeError):
+    """Bad input: names the field path and the offending value in one line."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, value: object, problem: str, *, source: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        self.source = source
+        where = ": ".join(part for part in (source, field) if part)
+        text = f"{problem} (got {_short_repr(value)})"
+        super().__init__(_one_line(f"{where}: {text}" if where else text))
+
+
+class BackendUnavailable(BridgeError):
+    """The backend could not be reached or answered with a transient failure."""
+
+    retryable = True
+
+    def __init__(self, backend: str, message: str) -> None:
+        self.backend = backend
+        super().__init__(_one_line(f"{backend} unavailable: {message}"))
+
+
+class BackendRejected(BridgeError):
+    """The backend understood the request and refused it; retrying will not help."""
+
+    def __init__(self, backend: str, message: str) -> None:
+        self.backend = backend
+        self.backend_message = message
+        super().__init__(_one_line(f"{backend} rejected the request: {message}"))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    """repr() cut to one line: error messages must stay a single line whatever the input."""
+    text = repr(value)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text

@@ -1,0 +1,1 @@
+"""MPI bootstrap: hostlists, peer discovery, hostfiles, SSH, launcher command lines."""

@@ -1,0 +1,137 @@
+"""``hpcbridge launch``: the one command every node of an allocation runs.
+
+It discovers the peers, writes the hostfile, builds the launcher's command line and runs it, forwarding
+SIGTERM/SIGINT so a cancel stops every rank, and exits with the launcher's code. ``LaunchSpec`` is the
+contract between the renderers (which write its arguments into batch scripts) and this command.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bridge.errors import InvalidSpec
+from bridge.mpi import discovery, launchers
+from bridge.mpi.hostfile import hostfile_for
+
+LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux")
+MPI = ("openmpi", "mpich", "intel")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    launcher: str
+    discovery: str
+    procs_per_node: int
+    command: tuple[str, ...]
+    nodes: int | None = None
+    forward_env: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    node_rank: int | None = None
+    hostfile: str | None = None
+    rdzv_port: int = 29500
+    job_id: str = ""
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise InvalidSpec("--launcher", self.launcher, f"use one of {', '.join(LAUNCHERS)}")
+        if self.discovery not in discovery.SOURCES:
+            raise InvalidSpec("--discovery", self.discovery, f"use one of {', '.join(discovery.SOURCES)}")
+        if self.procs_per_node < 1:
+            raise InvalidSpec("--procs-per-node", self.procs_per_node, "must be at least 1")
+        if not self.command:
+            raise InvalidSpec("command", None, "nothing to launch: give the command after --")
+
+    def to_args(self) -> list[str]:
+        """The ``hpcbridge launch`` arguments that recreate this spec (what renderers embed)."""
+        args = ["--launcher", self.launcher, "--discovery", self.discovery, "--procs-per-node", str(self.procs_per_node)]
+        if self.nodes is not None:
+            args += ["--nodes", str(self.nodes)]
+        for host in self.hosts:
+            args += ["--host", host]
+        if self.node_rank is not None:
+            args += ["--node-rank", str(self.node_rank)]
+        if self.hostfile:
+            args += ["--hostfile", self.hostfile]
+        if self.launcher == "torchrun":
+            args += ["--rdzv-port", str(self.rdzv_port)]
+        if self.job_id:
+            args += ["--job-id", self.job_id]
+        for name in self.forward_env:
+            args += ["--forward-env", name]
+        return [*args, "--", *self.command]
+
+
+def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str) -> list[str] | None:
+    """What this node runs, or None when this node has nothing to start (MPI ranks other than 0)."""
+    if spec.launcher in MPI:
+        if topology.rank != 0:
+            return None
+        path = os.path.join(workdir, "hostfile")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(hostfile_for(spec.launcher, topology.peers))
+        if spec.launcher == "openmpi":
+            return launchers.openmpi_argv(topology, path, spec.command, spec.forward_env)
+        return launchers.hydra_argv(topology, path, spec.command, spec.forward_env,
+                                    mpiexec="mpiexec" if spec.launcher == "intel" else None)
+    if spec.launcher == "torchrun":
+        return launchers.torchrun_argv(topology, spec.command, spec.rdzv_port, spec.job_id)
+    if spec.launcher == "flux":
+        return launchers.flux_run_argv(topology, spec.command) if topology.rank == 0 else None
+    return list(spec.command)
+
+
+def child_env(spec: LaunchSpec, base: Mapping[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env.update(spec.extra_env)
+    if spec.launcher == "openmpi" and os.geteuid() == 0:
+        # Open MPI refuses root without both variables; containers and CI commonly run as root.
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    if spec.discovery == "local" and spec.launcher == "openmpi":
+        # all "nodes" share this machine: let ranks exceed the core count and don't pin them
+        env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        env.setdefault("OMPI_MCA_hwloc_base_binding_policy", "none")
+    return env
+
+
+def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run *argv* in its own process group, forward SIGTERM/SIGINT/SIGHUP to it, return a shell-style code."""
+    try:
+        child = subprocess.Popen(list(argv), env=dict(env), start_new_session=True)
+    except FileNotFoundError:
+        print(f"hpcbridge launch: {argv[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"hpcbridge launch: {argv[0]}: permission denied", file=sys.stderr)
+        return 126
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code
+
+
+def run(spec: LaunchSpec) -> int:
+    topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
+                                  rank=spec.node_rank, hostfile=spec.hostfile)
+    with tempfile.TemporaryDirectory(prefix=f"hpcbridge-{spec.job_id[:8] or 'job'}-") as workdir:
+        argv = launch_argv(spec, topology, workdir)
+        if argv is None:
+            return 0
+        return run_child(argv, child_env(spec, os.environ))

@@ -1,0 +1,36 @@
+"""Hostfiles in the two formats MPI launchers read.
+
+Open MPI wants ``host slots=N``; MPICH/Intel Hydra wants ``host:N`` and rejects ``slots=``
+("token slots not supported at this time").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Peer:
+    host: str
+    slots: int
+
+
+def merge_duplicates(peers: Sequence[Peer]) -> list[Peer]:
+    """One line per host with the slots added up, in first-seen order (the local cluster repeats localhost)."""
+    totals: dict[str, int] = {}
+    for peer in peers:
+        totals[peer.host] = totals.get(peer.host, 0) + peer.slots
+    return [Peer(host, slots) for host, slots in totals.items()]
+
+
+def openmpi_hostfile(peers: Sequence[Peer]) -> str:
+    return "".join(f"{peer.host} slots={peer.slots}\n" for peer in merge_duplicates(peers))
+
+
+def hydra_hostfile(peers: Sequence[Peer]) -> str:
+    return "".join(f"{peer.host}:{peer.slots}\n" for peer in merge_duplicates(peers))
+
+
+def hostfile_for(launcher: str, peers: Sequence[Peer]) -> str:
+    return openmpi_hostfile(peers) if launcher == "openmpi" else hydra_hostfile(peers)

@@ -1,0 +1,70 @@
+"""Argv builders for the programs that start a job's processes: pure functions, one per launcher."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bridge.mpi.discovery import Topology
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """How an MPI launcher reaches the other hosts outside a scheduler (explicit hosts, JobSet pods)."""
+
+    #: ssh client config to pass with -F (pins identity and known_hosts)
+    config: str
+    #: executable wrapper that runs ``ssh -F config "$@"`` (Hydra takes an executable, not arguments)
+    wrapper: str
+
+
+def openmpi_argv(topology: Topology, hostfile: str, command: Sequence[str], forward_env: Sequence[str],
+                 ssh: SSHSettings | None = None, mpirun: str = "mpirun") -> list[str]:
+    argv = [mpirun, "--hostfile", hostfile, "-np", str(len(topology.hosts) * topology.slots)]
+    if ssh is not None:
+        # plm rsh also inside a Slurm allocation, where Open MPI would otherwise launch orted with srun
+        argv += ["--mca", "plm", "rsh", "--mca", "plm_rsh_agent", "ssh", "--mca", "plm_rsh_args", f"-F {ssh.config}"]
+    for name in forward_env:
+        argv += ["-x", name]
+    return [*argv, *command]
+
+
+def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forward_env: Sequence[str],
+               ssh: SSHSettings | None = None, mpiexec: str | None = None) -> list[str]:
+    program = mpiexec or (shutil.which("mpiexec.hydra") and "mpiexec.hydra") or "mpiexec"
+    argv = [program, "-f", hostfile, "-n", str(len(topology.hosts) * topology.slots)]
+    if ssh is not None:
+        argv += ["-launcher", "ssh", "-launcher-exec", ssh.wrapper]
+    if forward_env:
+        argv += ["-genvlist", ",".join(forward_env)]
+    return [*argv, *command]
+
+
+def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id: str,
+                  torchrun: str = "torchrun") -> list[str]:
+    """c10d rendezvous hosted by node 0; ``is_host`` says so explicitly, as all local nodes share one host."""
+    return [
+        torchrun,
+        f"--nnodes={len(topology.hosts)}",
+        f"--nproc-per-node={topology.slots}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={topology.master}:{port}",
+        f"--rdzv-id={job_id or 'hpcbridge'}",
+        f"--rdzv-conf=is_host={'true' if topology.rank == 0 else 'false'}",
+        f"--node-rank={topology.rank}",
+        *command,
+    ]
+
+
+def flux_run_argv(topology: Topology, command: Sequence[str]) -> list[str]:
+    nodes = len(topology.hosts)
+    return ["flux", "run", f"--nodes={nodes}", f"--ntasks={nodes * topology.slots}",
+            f"--tasks-per-node={topology.slots}", *command]
+
+
+def srun_argv(topology: Topology, command: Sequence[str], mpi: str | None = None) -> list[str]:
+    argv = ["srun", f"--nodes={len(topology.hosts)}", f"--ntasks-per-node={topology.slots}", "--kill-on-bad-exit=1"]
+    if mpi:
+        argv.append(f"--mpi={mpi}")
+    return [*argv, *command]

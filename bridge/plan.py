@@ -1,0 +1,502 @@
+"""TrainJob + runtime + cluster → LaunchPlan, the backend-neutral description every adapter renders.
+
+All defaulting and merging happens here, once (DESIGN §4): Kubeflow's precedence rules for the trainer
+fields, the runtime patches, the ``hpcbridge.io/*`` annotations and the cluster's defaults. Adapters only
+translate a finished plan.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any
+
+from pydantic import ValidationError
+
+from bridge.api.cluster import SLURM_NAME, BridgeCluster
+from bridge.api.k8s import Container, EnvVar, JobSetSpec, ReplicatedJob, ResourceRequirements
+from bridge.api.loader import invalid_from_validation
+from bridge.api.quantity import parse_quantity
+from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
+from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
+from bridge.errors import InvalidSpec
+
+ANNOTATION_PREFIX = "hpcbridge.io/"
+CLUSTER_ANNOTATION = "hpcbridge.io/cluster"
+MIGRATE_ANNOTATION = "hpcbridge.io/migrate-to"
+SBATCH_PASSTHROUGH_PREFIX = "hpcbridge.io/sbatch."
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_CONTAINER = "node"
+TORCH_MASTER_PORT = 29500
+#: namespace for uids derived from a TrainJob's identity when it has none (file input)
+_UID_NAMESPACE = uuid.UUID("6f1c3b4e-2a7d-5e8f-9b0a-1c2d3e4f5a6b")
+
+# Env names the Kubeflow webhook reserves for each policy (reference §1.4).
+RESERVED_ENV = {
+    "torch": {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"},
+    "mpi": {"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_keep_fqdn_hostnames",
+            "OMPI_MCA_orte_set_default_slots"},
+    "xgboost": {"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"},
+}
+_SHELL_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SAFE_DIRECTIVE = re.compile(r"^[^\x00-\x1f\x7f\"'\\]*$")
+_ARRAY_SPEC = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?$")
+_DEPENDENCY = re.compile(r"^(singleton|[a-z_]+(:[0-9_+]+)+)([,?](singleton|[a-z_]+(:[0-9_+]+)+))*$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_&|\[\]()*:,.=-]+$")
+
+
+class Launcher(StrEnum):
+    """How the processes of one job are started inside its allocation."""
+
+    OPENMPI = "openmpi"
+    MPICH = "mpich"
+    INTEL = "intel"
+    TORCHRUN = "torchrun"
+    #: every node runs the command once (jax, xgboost, no policy)
+    PLAIN = "plain"
+    #: Flux's own PMI starts the ranks (flux policy)
+    FLUX = "flux"
+
+
+_MPI_LAUNCHERS = {"OpenMPI": Launcher.OPENMPI, "": Launcher.OPENMPI, "MPICH": Launcher.MPICH, "Intel": Launcher.INTEL}
+MPI_LAUNCHERS = frozenset({Launcher.OPENMPI, Launcher.MPICH, Launcher.INTEL})
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """What one node asks for. ``None`` means unspecified (the scheduler's default)."""
+
+    cpu: Fraction | None = None
+    memory_bytes: int | None = None
+    gpus: int = 0
+    #: the extended resource the GPUs come from, e.g. ``nvidia.com/gpu``
+    gpu_resource: str | None = None
+    #: other extended resources, verbatim (name, quantity text)
+    extra: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def cpu_count(self) -> int | None:
+        return None if self.cpu is None else max(1, math.ceil(self.cpu))
+
+    @property
+    def memory_mib(self) -> int | None:
+        return None if self.memory_bytes is None else max(1, math.ceil(self.memory_bytes / 2**20))
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    name: str
+    value: str | None = None
+    #: Kubernetes valueFrom, only meaningful on the kubernetes backend
+    value_from: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Scheduler knobs the Kubeflow API has no field for; from ``hpcbridge.io/*`` annotations and cluster defaults."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    array: str | None = None
+    dependency: str | None = None
+    output: str | None = None
+    error: str | None = None
+    #: extra sbatch options carried verbatim (``hpcbridge.io/sbatch.<option>``), sorted by option
+    sbatch_extra: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything an adapter needs, decided. Rendering a plan is pure: same plan, same bytes."""
+
+    name: str
+    namespace: str
+    uid: str
+    cluster: str
+    backend: str
+    framework: str
+    launcher: Launcher
+    nodes: int
+    procs_per_node: int
+    resources: NodeResources
+    command: tuple[str, ...]
+    env: tuple[EnvEntry, ...]
+    image: str | None = None
+    container_runtime: str = "none"
+    workdir: str | None = None
+    time_limit_seconds: int | None = None
+    suspend: bool = False
+    options: BackendOptions = field(default_factory=BackendOptions)
+    launch_command: tuple[str, ...] = ("hpcbridge", "launch")
+    ssh_auth_mount_path: str | None = None
+    run_launcher_as_node: bool = False
+    rdzv_port: int = TORCH_MASTER_PORT
+    #: the runtime's JobSet template with runtime patches and trainer overrides merged (kubernetes backend)
+    jobset_template: Mapping[str, Any] = field(default_factory=dict)
+    runtime_name: str = ""
+    runtime_kind: str = "ClusterTrainingRuntime"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def total_procs(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def job_name(self) -> str:
+        return self.name
+
+    @property
+    def exec_argv(self) -> tuple[str, ...]:
+        """The training command, wrapped in the cluster's container runtime when the plan has an image."""
+        if not self.image or self.container_runtime == "none":
+            return self.command
+        if self.container_runtime in ("apptainer", "singularity"):
+            return (self.container_runtime, "exec", f"docker://{self.image}", *self.command)
+        if self.container_runtime == "podman":
+            return ("podman", "run", "--rm", "--network=host", self.image, *self.command)
+        return ("enroot", "start", self.image, *self.command)
+
+
+def derive_uid(trainjob: TrainJob) -> str:
+    """The TrainJob's uid, or for a file without one a uid derived from namespace/name.
+
+    Deriving it (instead of a random one) is what makes ``submit`` of the same file idempotent and lets
+    ``render`` print byte-for-byte what ``submit`` sends.
+    """
+    if trainjob.metadata.uid:
+        return trainjob.metadata.uid
+    return str(uuid.uuid5(_UID_NAMESPACE, f"{trainjob.namespace}/{trainjob.name}"))
+
+
+def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | ClusterTrainingRuntime]):
+    """The runtime ``spec.runtimeRef`` names (namespaced TrainingRuntimes must share the TrainJob's namespace)."""
+    ref = trainjob.spec.runtime_ref
+    kind = ref.resolved_kind
+    candidates = []
+    for runtime in runtimes:
+        if runtime.kind != kind or runtime.name != ref.name:
+            continue
+        if kind == "TrainingRuntime" and (runtime.metadata.namespace or "default") != trainjob.namespace:
+            continue
+        candidates.append(runtime)
+    if not candidates:
+        available = sorted({r.name for r in runtimes if r.kind == kind})
+        hint = f"; known: {', '.join(available)}" if available else ""
+        raise InvalidSpec("spec.runtimeRef.name", ref.name, f"no {kind} with this name{hint}")
+    return candidates[-1]
+
+
+def select_cluster(trainjob: TrainJob, runtime, clusters: Mapping[str, BridgeCluster], override: str | None = None):
+    """The target cluster: the explicit choice, else the TrainJob's annotation, else the runtime's, else local."""
+    name = override
+    if name is None:
+        name = (trainjob.metadata.annotations or {}).get(CLUSTER_ANNOTATION)
+    if name is None and runtime is not None:
+        meta = runtime.metadata
+        name = (meta.annotations or {}).get(CLUSTER_ANNOTATION) or (meta.labels or {}).get(CLUSTER_ANNOTATION)
+    name = name or "local"
+    if name not in clusters:
+        raise InvalidSpec(f"metadata.annotations[{CLUSTER_ANNOTATION}]", name,
+                          f"no such cluster; configured: {', '.join(sorted(clusters))}")
+    return clusters[name]
+
+
+def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster) -> LaunchPlan:
+    """Decide everything about running *trainjob* on *cluster*."""
+    if trainjob.spec.managed_by not in (None, MANAGED_BY_BRIDGE) and cluster.spec.type != "kubernetes":
+        raise InvalidSpec("spec.managedBy", trainjob.spec.managed_by,
+                          f"this TrainJob is managed by another controller; set it to {MANAGED_BY_BRIDGE} or omit it")
+    namespace = trainjob.namespace
+    if not cluster.spec.allows_namespace(namespace):
+        raise InvalidSpec("metadata.namespace", namespace, f"cluster {cluster.name!r} does not accept this namespace")
+
+    policy = runtime.spec.ml_policy
+    framework = policy.framework if policy else "plain"
+    template = _merged_template(trainjob, runtime)
+    trainer_job, container = _trainer_container(template, runtime.name)
+    spec_trainer = trainjob.spec.trainer
+
+    command = tuple((spec_trainer.command if spec_trainer and spec_trainer.command is not None else container.command) or ())
+    args = tuple((spec_trainer.args if spec_trainer and spec_trainer.args is not None else container.args) or ())
+    argv = command + args
+    if not argv:
+        raise InvalidSpec("spec.trainer.command", None,
+                          f"no command to run: neither the TrainJob nor runtime {runtime.name!r} gives one")
+    image = (spec_trainer.image if spec_trainer and spec_trainer.image else None) or container.image
+
+    env = _merged_env(container.env or [], (spec_trainer.env if spec_trainer else None) or [])
+    for index, entry in enumerate(env):
+        if entry.name in RESERVED_ENV.get(framework, set()):
+            raise InvalidSpec(f"spec.trainer.env[{index}].name", entry.name,
+                              f"reserved by the {framework} policy; hpc-bridge sets it")
+
+    resources = _node_resources(container.resources, spec_trainer.resources_per_node if spec_trainer else None)
+
+    nodes = _node_count(trainjob, policy)
+    procs, launcher = _procs_and_launcher(trainjob, policy, framework, resources)
+    mpi = policy.mpi if policy else None
+
+    annotations = dict(trainjob.metadata.annotations or {})
+    options = _backend_options(annotations, cluster, namespace)
+    workdir = annotations.get(f"{ANNOTATION_PREFIX}workdir") or container.working_dir or cluster.spec.defaults.workdir
+    if workdir is not None and not workdir:
+        raise InvalidSpec(f"metadata.annotations[{ANNOTATION_PREFIX}workdir]", workdir, "must not be empty")
+    launch_command = tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch"))
+
+    return LaunchPlan(
+        name=trainjob.name,
+        namespace=namespace,
+        uid=derive_uid(trainjob),
+        cluster=cluster.name,
+        backend=cluster.spec.type,
+        framework=framework,
+        launcher=launcher,
+        nodes=nodes,
+        procs_per_node=procs,
+        resources=resources,
+        command=argv,
+        env=env,
+        image=image,
+        container_runtime=cluster.spec.defaults.container_runtime,
+        workdir=workdir,
+        time_limit_seconds=trainjob.spec.active_deadline_seconds,
+        suspend=bool(trainjob.spec.suspend),
+        options=options,
+        launch_command=launch_command,
+        ssh_auth_mount_path=(mpi.ssh_auth_mount_path or "/root/.ssh") if mpi else None,
+        run_launcher_as_node=bool(mpi and mpi.run_launcher_as_node),
+        jobset_template=template.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        runtime_name=runtime.name,
+        runtime_kind=runtime.kind,
+        labels=dict(trainjob.metadata.labels or {}),
+    )
+
+
+# --- merging -------------------------------------------------------------------------------------------
+
+
+def _merged_template(trainjob: TrainJob, runtime) -> JobSetSpec:
+    """The runtime's JobSet spec with every runtime patch applied in list order (strategic merge)."""
+    base = runtime.spec.template.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    job_names = [job["name"] for job in base.get("replicatedJobs", [])]
+    for index, patch in enumerate(trainjob.spec.runtime_patches or []):
+        spec_patch = ((patch.training_runtime_spec or {}).get("template") or {}).get("spec") or {}
+        where = f"spec.runtimePatches[{index}]"
+        for job_index, job_patch in enumerate(spec_patch.get("replicatedJobs") or []):
+            name = job_patch.get("name") if isinstance(job_patch, dict) else None
+            if name not in job_names:
+                raise InvalidSpec(f"{where}.trainingRuntimeSpec.template.spec.replicatedJobs[{job_index}].name", name,
+                                  f"runtime {runtime.name!r} has no such replicated job")
+        base = strategic_merge(base, spec_patch)
+    try:
+        return JobSetSpec.model_validate(base)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc, prefix="spec.runtimePatches (merged template)") from None
+
+
+# List fields merged by a key, as Kubernetes' strategic merge patch does for these types.
+_MERGE_KEYS = {"replicatedJobs": "name", "containers": "name", "initContainers": "name", "env": "name",
+               "volumes": "name", "volumeMounts": "mountPath", "ports": "containerPort",
+               "schedulingGates": "name", "imagePullSecrets": "name"}
+
+
+def strategic_merge(base: Any, patch: Any, key: str | None = None) -> Any:
+    if isinstance(base, dict) and isinstance(patch, dict):
+        merged = copy.deepcopy(base)
+        for name, value in patch.items():
+            merged[name] = strategic_merge(base.get(name), value, name) if name in base else copy.deepcopy(value)
+        return merged
+    if isinstance(base, list) and isinstance(patch, list) and key in _MERGE_KEYS:
+        merge_key = _MERGE_KEYS[key]
+        merged_list = copy.deepcopy(base)
+        positions = {item.get(merge_key): i for i, item in enumerate(merged_list) if isinstance(item, dict)}
+        for item in patch:
+            if isinstance(item, dict) and item.get(merge_key) in positions:
+                i = positions[item[merge_key]]
+                merged_list[i] = strategic_merge(merged_list[i], item)
+            else:
+                merged_list.append(copy.deepcopy(item))
+        return merged_list
+    return copy.deepcopy(patch)
+
+
+def _trainer_container(template: JobSetSpec, runtime_name: str) -> tuple[ReplicatedJob, Container]:
+    """The replicated job labelled as the trainer ancestor (or named ``node``) and its ``node`` container."""
+    jobs = template.replicated_jobs
+    chosen = next((job for job in jobs if ((job.template.metadata and job.template.metadata.labels) or {})
+                   .get(ANCESTOR_LABEL) == "trainer"), None)
+    chosen = chosen or next((job for job in jobs if job.name == "node"), None)
+    if chosen is None:
+        # A runtime without a template (common for HPC-only runtimes): an empty `node` container.
+        return ReplicatedJob(name="node"), Container(name=TRAINER_CONTAINER)
+    pod = chosen.template.spec.template.spec
+    for container in (pod.containers if pod else []):
+        if container.name == TRAINER_CONTAINER:
+            return chosen, container
+    raise InvalidSpec(f"runtime {runtime_name}: spec.template.spec.replicatedJobs[{chosen.name}].containers",
+                      [c.name for c in (pod.containers if pod else [])], "the trainer job has no container named 'node'")
+
+
+def _merged_env(runtime_env: list[EnvVar], trainjob_env: list[EnvVar]) -> tuple[EnvEntry, ...]:
+    """Runtime env with the TrainJob's entries upserted by name (Kubeflow's merge), order kept."""
+    merged: dict[str, EnvEntry] = {}
+    for entry in [*runtime_env, *trainjob_env]:
+        merged[entry.name] = EnvEntry(entry.name, entry.value, entry.value_from)
+    return tuple(merged.values())
+
+
+def _node_resources(runtime: ResourceRequirements | None, trainjob: ResourceRequirements | None) -> NodeResources:
+    """Per-key merge (TrainJob wins), then requests with limits as the fallback, as Kubernetes defaults them."""
+    requests: dict[str, Any] = {}
+    for source in (runtime, trainjob):
+        if source is None:
+            continue
+        for name, value in (source.limits or {}).items():
+            requests.setdefault(name, value)
+        for name, value in (source.requests or {}).items():
+            requests[name] = value
+        # a TrainJob limit overrides a runtime request of the same resource
+        if source is trainjob:
+            for name, value in (source.limits or {}).items():
+                if name not in (source.requests or {}):
+                    requests[name] = value
+    cpu = memory = None
+    gpus, gpu_resource, extra = 0, None, []
+    for name, value in sorted(requests.items()):
+        amount = parse_quantity(value)
+        if name == "cpu":
+            cpu = amount
+        elif name == "memory":
+            memory = math.ceil(amount)
+        elif "gpu" in name:
+            if amount != int(amount):
+                raise InvalidSpec(f"spec.trainer.resourcesPerNode.requests[{name}]", value, "GPUs come in whole numbers")
+            if gpu_resource is not None and amount:
+                raise InvalidSpec(f"spec.trainer.resourcesPerNode.requests[{name}]", value,
+                                  f"only one GPU resource per node (also {gpu_resource})")
+            if amount:
+                gpus, gpu_resource = int(amount), name
+        else:
+            extra.append((name, str(value)))
+    return NodeResources(cpu=cpu, memory_bytes=memory, gpus=gpus, gpu_resource=gpu_resource, extra=tuple(extra))
+
+
+def _node_count(trainjob: TrainJob, policy) -> int:
+    trainer = trainjob.spec.trainer
+    if trainer and trainer.num_nodes is not None:
+        nodes, where = trainer.num_nodes, "spec.trainer.numNodes"
+    elif policy and policy.num_nodes is not None:
+        nodes, where = policy.num_nodes, "runtime spec.mlPolicy.numNodes"
+    else:
+        return 1
+    if nodes < 1:
+        raise InvalidSpec(where, nodes, "must be at least 1 to run anything")
+    return nodes
+
+
+def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: NodeResources) -> tuple[int, Launcher]:
+    trainer = trainjob.spec.trainer
+    explicit = trainer.num_proc_per_node if trainer else None
+    if framework == "mpi":
+        launcher = _MPI_LAUNCHERS[policy.mpi.mpi_implementation or ""]
+        runtime_value = policy.mpi.num_proc_per_node or 1
+        if explicit is not None:
+            return explicit, launcher
+        # Kubeflow: a runtime value of 1 with several GPUs becomes one slot per GPU
+        if runtime_value == 1 and resources.gpus > 1:
+            return resources.gpus, launcher
+        return runtime_value, launcher
+    if framework == "torch":
+        if explicit is not None:
+            return explicit, Launcher.TORCHRUN
+        if resources.gpus:
+            return resources.gpus, Launcher.TORCHRUN
+        return resources.cpu_count or 1, Launcher.TORCHRUN
+    if framework == "flux":
+        return explicit or policy.flux.num_proc_per_node or 1, Launcher.FLUX
+    return explicit or 1, Launcher.PLAIN
+
+
+# --- annotations → backend options ---------------------------------------------------------------------
+
+_KNOBS = ("partition", "account", "qos", "constraint", "exclusive", "array", "dependency", "output", "error",
+          "workdir", "cluster", "migrate-to")
+
+
+def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str) -> BackendOptions:
+    values: dict[str, Any] = {}
+    extra: list[tuple[str, str]] = []
+    for key, value in sorted(annotations.items()):
+        if not key.startswith(ANNOTATION_PREFIX):
+            continue
+        where = f"metadata.annotations[{key}]"
+        knob = key[len(ANNOTATION_PREFIX):]
+        if key.startswith(SBATCH_PASSTHROUGH_PREFIX):
+            option = key[len(SBATCH_PASSTHROUGH_PREFIX):]
+            if not re.match(r"^[a-z][a-z0-9-]*$", option):
+                raise InvalidSpec(where, option, "not an sbatch long option name")
+            _check_directive_value(where, value)
+            extra.append((option, value))
+            continue
+        if knob not in _KNOBS:
+            raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; known: {', '.join(_KNOBS)}")
+        if knob in ("partition", "account", "qos"):
+            if not SLURM_NAME.match(value):
+                raise InvalidSpec(where, value, "must be a Slurm name: letters, digits and _ . + @ -")
+        elif knob == "constraint":
+            if not _CONSTRAINT.match(value):
+                raise InvalidSpec(where, value, "not a Slurm constraint expression")
+        elif knob == "exclusive":
+            if value not in ("true", "false"):
+                raise InvalidSpec(where, value, "must be \"true\" or \"false\"")
+        elif knob == "array":
+            if not _ARRAY_SPEC.match(value):
+                raise InvalidSpec(where, value, "not a job array spec like 0-15 or 1,3,5-7%2")
+        elif knob == "dependency":
+            if not _DEPENDENCY.match(value):
+                raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
+        elif knob in ("output", "error", "workdir"):
+            _check_directive_value(where, value)
+        values[knob.replace("-", "_")] = value
+    defaults = cluster.spec.defaults
+    account = values.get("account") or (cluster.spec.account_mapping or {}).get(namespace) or defaults.account
+    return BackendOptions(
+        partition=values.get("partition") or defaults.partition,
+        account=account,
+        qos=values.get("qos") or defaults.qos,
+        constraint=values.get("constraint") or defaults.constraint,
+        exclusive=values.get("exclusive") == "true",
+        array=values.get("array"),
+        dependency=values.get("dependency"),
+        output=values.get("output"),
+        error=values.get("error"),
+        sbatch_extra=tuple(extra),
+    )
+
+
+def _check_directive_value(where: str, value: str) -> None:
+    # These values land in '#SBATCH' lines: one line, and no quote characters sbatch's parser would eat.
+    if not value or not _SAFE_DIRECTIVE.match(value):
+        raise InvalidSpec(where, value, "must be one line without quotes, backslashes or control characters")
+
+
+def check_shell_env(plan: LaunchPlan) -> None:
+    """HPC backends export env through a shell: names must be identifiers, values literal strings."""
+    for index, entry in enumerate(plan.env):
+        if not _SHELL_ENV_NAME.match(entry.name):
+            raise InvalidSpec(f"spec.trainer.env[{index}].name", entry.name,
+                              f"{plan.backend} needs shell variable names (letters, digits, _)")
+        if entry.value_from is not None:
+            raise InvalidSpec(f"spec.trainer.env[{index}].valueFrom", dict(entry.value_from),
+                              f"valueFrom is only available on Kubernetes clusters, not {plan.backend}")
+        if entry.value is not None and "\x00" in entry.value:
+            raise InvalidSpec(f"spec.trainer.env[{index}].value", entry.value, "contains a NUL byte")

@@ -1,0 +1,16 @@
+"""Every rank contributes rank+1; the allreduce must give n(n+1)/2 on every rank."""
+
+import socket
+import sys
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.rank + 1, op=MPI.SUM)
+expected = comm.size * (comm.size + 1) // 2
+library = MPI.Get_library_version().splitlines()[0][:40]
+print(f"rank {comm.rank}/{comm.size} on {socket.gethostname()}: allreduce sum={total} "
+      f"(expected {expected}) [{library}]", flush=True)
+if comm.rank == 0:
+    print(f"allreduce result: {total} {'OK' if total == expected else 'WRONG'}", flush=True)
+sys.exit(0 if total == expected else 1)

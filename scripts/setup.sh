@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set up hpc-bridge on a fresh Debian 12 machine.
+#   scripts/setup.sh        what the local cluster needs: Open MPI, a venv with hpc-bridge and mpi4py
+#   scripts/setup.sh --all  everything the test suite needs too: MPICH, sshd, Slurm + munge, PyTorch (CPU use),
+#                           the dev tools
+# The venv lives in ~/.cache/hpcbridge/venv (override with HPCBRIDGE_VENV); .venv in the repo links to it.
+# Re-running is cheap: packages already installed are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+all=0
+[ "${1:-}" = "--all" ] && all=1
+
+apt_packages=(openmpi-bin libopenmpi-dev python3-venv)
+if [ "$all" = 1 ]; then
+  apt_packages+=(mpich libmpich-dev openssh-server openssh-client iproute2 util-linux procps
+                 slurm-wlm slurmctld slurmd slurm-client munge)
+fi
+
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+venv="${HPCBRIDGE_VENV:-$HOME/.cache/hpcbridge/venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating $venv" >&2
+  mkdir -p "$(dirname "$venv")"
+  python3 -m venv "$venv"
+fi
+ln -sfn "$venv" .venv
+
+pip=("$venv/bin/python" -m pip install -q)
+# mpi4py is built for whichever MPI it finds first at run time; the wheel carries both ABIs.
+"${pip[@]}" -e . mpi4py
+if [ "$all" = 1 ]; then
+  "${pip[@]}" -e '.[dev]'
+  # torch from PyPI; the examples and tests use it on CPU with the gloo backend
+  "$venv/bin/python" -c 'import torch' 2>/dev/null || "${pip[@]}" torch numpy
+fi
+echo "setup: ready ($("$venv/bin/hpcbridge" --help >/dev/null && echo "hpcbridge $("$venv/bin/python" -c 'import bridge; print(bridge.__version__)')"))" >&2
