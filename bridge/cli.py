@@ -1,36 +1,20 @@
 """``hpcbridge``: the command line (DESIGN §8).
 
 Start-up stays fast: only the api, plan and the chosen adapter are imported; Kubernetes, kopf, paramiko
-and flux load inside the adapters that talk to them. Exit codes: 0 success, 1 backend failure, 2 invalid
+and flux load inside the adapters that talk to them. argparse rather than typer: typer's import alone
+costs more than the whole 150 ms start-up budget. Exit codes: 0 success, 1 backend failure, 2 invalid
 input; ``submit`` to the local cluster exits with the job's own code.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import sys
-from typing import Annotated
-
-import typer
 
 from bridge.errors import BridgeError, InvalidSpec
-
-app = typer.Typer(
-    name="hpcbridge",
-    help="Run one Kubeflow TrainJob on Slurm, Flux, Kubernetes or this machine.",
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-OutputFormat = Annotated[str, typer.Option("--output", "-o", help="text, yaml or json")]
-ClusterOption = Annotated[str | None, typer.Option("--cluster", "-c", help="target cluster (default: the TrainJob's "
-                                                      "hpcbridge.io/cluster annotation, else local)")]
-RuntimesOption = Annotated[list[str] | None, typer.Option("--runtimes", help="file or directory of runtimes")]
-BACKENDS = ("local", "slurm", "flux", "kubernetes")
 
 
 def _read_objects(file: str):
@@ -41,7 +25,7 @@ def _read_objects(file: str):
     return load_file(file)
 
 
-def _prepare(file: str, cluster_name: str | None, to: str | None, runtimes: list[str] | None):
+def _prepare(file: str, cluster_name: str | None, to: str | None, runtimes: list[str] | None, objects=None):
     """Input → (adapter, plan): the shared first half of validate, render and submit."""
     from bridge.adapters import get_adapter
     from bridge.api.catalog import all_runtimes, load_clusters
@@ -49,7 +33,7 @@ def _prepare(file: str, cluster_name: str | None, to: str | None, runtimes: list
     from bridge.api.trainjob import TrainJob
     from bridge.plan import ANNOTATION_PREFIX, find_runtime, resolve, select_cluster
 
-    objects = _read_objects(file)
+    objects = _read_objects(file) if objects is None else objects
     trainjobs = [obj for obj in objects if isinstance(obj, TrainJob)]
     if len(trainjobs) != 1:
         raise InvalidSpec("file", file, f"expected exactly one TrainJob, found {len(trainjobs)}")
@@ -108,65 +92,48 @@ def _print_document(document, output: str) -> None:
         raise InvalidSpec("--output", output, "use text, yaml or json")
 
 
-@app.command()
-def validate(
-    files: Annotated[list[str], typer.Argument(help="YAML files ('-' for stdin)")],
-    cluster: ClusterOption = None,
-    runtimes: RuntimesOption = None,
-    output: OutputFormat = "text",
-) -> None:
-    """Check files the way submit would, without contacting any backend."""
+BACKENDS = ("local", "slurm", "flux", "kubernetes")
+OUTPUTS = ("text", "yaml", "json")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
     from bridge.api.loader import to_yaml
     from bridge.api.trainjob import TrainJob
 
-    for file in files:
+    for file in args.files:
         objects = _read_objects(file)
         if any(isinstance(obj, TrainJob) for obj in objects):
-            adapter, plan = _prepare(file, cluster, None, runtimes)
+            adapter, plan = _prepare(file, args.cluster, None, args.runtimes, objects)
             adapter.render(plan)  # backend-specific checks (e.g. shell env names) live in render
             summary = f"{plan.namespace}/{plan.name}: runtime {plan.runtime_name}, cluster {plan.cluster}, " \
                       f"{plan.nodes} node(s) x {plan.procs_per_node} proc(s)"
         else:
             summary = ", ".join(f"{obj.kind} {obj.metadata.name}" for obj in objects) or "no objects"
-        if output == "text":
+        if args.output == "text":
             print(f"valid: {file}: {summary}")
-        elif output == "yaml":
+        elif args.output == "yaml":
             sys.stdout.write(to_yaml(objects))
         else:
-            _print_document([obj.to_wire() for obj in objects], output)
+            _print_document([obj.to_wire() for obj in objects], args.output)
+    return 0
 
 
-@app.command()
-def render(
-    file: Annotated[str, typer.Argument(help="TrainJob YAML ('-' for stdin)")],
-    cluster: ClusterOption = None,
-    to: Annotated[str | None, typer.Option("--to", help="render for a backend type: " + ", ".join(BACKENDS))] = None,
-    runtimes: RuntimesOption = None,
-    output: OutputFormat = "text",
-) -> None:
-    """Print exactly what submit would send to the cluster."""
-    adapter, plan = _prepare(file, cluster, to, runtimes)
-    _print_artifact(adapter.render(plan), output)
+def cmd_render(args: argparse.Namespace) -> int:
+    adapter, plan = _prepare(args.file, args.cluster, args.to, args.runtimes)
+    _print_artifact(adapter.render(plan), args.output)
+    return 0
 
 
-@app.command()
-def submit(
-    file: Annotated[str, typer.Argument(help="TrainJob YAML ('-' for stdin)")],
-    cluster: ClusterOption = None,
-    runtimes: RuntimesOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the artifact instead of sending it")] = False,
-    output: OutputFormat = "text",
-) -> None:
-    """Submit a TrainJob. On the local cluster it runs in the foreground and exits with the job's code."""
-    adapter, plan = _prepare(file, cluster, None, runtimes)
+def cmd_submit(args: argparse.Namespace) -> int:
+    adapter, plan = _prepare(args.file, args.cluster, None, args.runtimes)
     artifact = adapter.render(plan)
-    if dry_run:
-        _print_artifact(artifact, output)
-        return
+    if args.dry_run:
+        _print_artifact(artifact, args.output)
+        return 0
     ref = adapter.submit(artifact)
     if plan.backend != "local":
         print(ref.job_id)
-        return
+        return 0
     stop = lambda signum, _frame: adapter.cancel(ref)  # noqa: E731 - one-line signal bridge
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -176,61 +143,101 @@ def submit(
             signal.signal(sig, handler)
     print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
           file=sys.stderr)
-    raise typer.Exit(status.exit_code or 0)
+    return status.exit_code or 0
 
 
-@app.command()
-def clusters(output: OutputFormat = "text") -> None:
-    """List the configured clusters (the built-in local one included)."""
+def cmd_clusters(args: argparse.Namespace) -> int:
     from bridge.api.catalog import load_clusters
 
     found = load_clusters()
-    if output == "text":
+    if args.output == "text":
         for name, obj in sorted(found.items()):
             print(f"{name}\t{obj.spec.type}")
     else:
-        _print_document([obj.to_wire() for obj in found.values()], output)
+        _print_document([obj.to_wire() for obj in found.values()], args.output)
+    return 0
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
-def launch(
-    command: Annotated[list[str], typer.Argument(help="the training command, after --")],
-    launcher: Annotated[str, typer.Option(help="openmpi, mpich, intel, torchrun, plain or flux")] = "plain",
-    discovery: Annotated[str, typer.Option(help="slurm, flux, jobset, hostfile, explicit or local")] = "local",
-    procs_per_node: Annotated[int, typer.Option(help="ranks (MPI slots) or workers per node")] = 1,
-    nodes: Annotated[int | None, typer.Option(help="expected node count")] = None,
-    host: Annotated[list[str] | None, typer.Option(help="a peer, in rank order (explicit discovery)")] = None,
-    node_rank: Annotated[int | None, typer.Option(help="this node's rank (default: from the environment)")] = None,
-    hostfile: Annotated[str | None, typer.Option(help="hostfile to read peers from")] = None,
-    rdzv_port: Annotated[int, typer.Option(help="torchrun rendezvous port on node 0")] = 29500,
-    job_id: Annotated[str, typer.Option(help="job identity (torchrun rendezvous id)")] = "",
-    forward_env: Annotated[list[str] | None, typer.Option(help="env variable the launcher forwards to ranks")] = None,
-) -> None:
-    """Run on every node of an allocation: discover peers, write the hostfile, start the launcher."""
+def cmd_launch(args: argparse.Namespace) -> int:
     from bridge.mpi.bootstrap import LaunchSpec, run
 
-    spec = LaunchSpec(launcher=launcher, discovery=discovery, procs_per_node=procs_per_node, command=tuple(command),
-                      nodes=nodes, forward_env=tuple(forward_env or ()), hosts=tuple(host or ()),
-                      node_rank=node_rank, hostfile=hostfile, rdzv_port=rdzv_port, job_id=job_id)
-    raise typer.Exit(run(spec))
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    spec = LaunchSpec(launcher=args.launcher, discovery=args.discovery, procs_per_node=args.procs_per_node,
+                      command=tuple(command), nodes=args.nodes, forward_env=tuple(args.forward_env),
+                      hosts=tuple(args.host), node_rank=args.node_rank, hostfile=args.hostfile,
+                      rdzv_port=args.rdzv_port, job_id=args.job_id)
+    return run(spec)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and exit 2, like every other input error
+        raise InvalidSpec("", " ".join(sys.argv[1:])[:60], f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hpcbridge", description="Run one Kubeflow TrainJob on Slurm, Flux, Kubernetes or this machine.")
+    parser.add_argument("--version", action="version", version=f"hpcbridge {_version()}")
+    sub = parser.add_subparsers(dest="command_name", required=True, parser_class=_Parser)
+
+    def common(p: argparse.ArgumentParser, cluster: bool = True) -> None:
+        if cluster:
+            p.add_argument("--cluster", "-c", help="target cluster (default: the TrainJob's hpcbridge.io/cluster "
+                                                   "annotation, its runtime's, else local)")
+            p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
+        p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
+
+    p = sub.add_parser("validate", help="check files the way submit would, without contacting a backend")
+    p.add_argument("files", nargs="+", help="YAML files ('-' for stdin)")
+    common(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("render", help="print exactly what submit would send")
+    p.add_argument("file", help="TrainJob YAML ('-' for stdin)")
+    p.add_argument("--to", choices=BACKENDS, help="render for a backend type instead of a configured cluster")
+    common(p)
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("submit", help="submit a TrainJob (the local cluster runs it in the foreground)")
+    p.add_argument("file", help="TrainJob YAML ('-' for stdin)")
+    p.add_argument("--dry-run", action="store_true", help="print the artifact instead of sending it")
+    common(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("clusters", help="list the configured clusters (the built-in local one included)")
+    common(p, cluster=False)
+    p.set_defaults(func=cmd_clusters)
+
+    p = sub.add_parser("launch", help="run on every node of an allocation: discover peers, start the launcher")
+    p.add_argument("--launcher", default="plain", help="openmpi, mpich, intel, torchrun, plain or flux")
+    p.add_argument("--discovery", default="local", help="slurm, flux, jobset, hostfile, explicit or local")
+    p.add_argument("--procs-per-node", type=int, default=1, help="ranks (MPI slots) or workers per node")
+    p.add_argument("--nodes", type=int, help="expected node count")
+    p.add_argument("--host", action="append", default=[], help="a peer, in rank order (explicit discovery)")
+    p.add_argument("--node-rank", type=int, help="this node's rank (default: from the environment)")
+    p.add_argument("--hostfile", help="hostfile to read peers from")
+    p.add_argument("--rdzv-port", type=int, default=29500, help="torchrun rendezvous port on node 0")
+    p.add_argument("--job-id", default="", help="job identity (torchrun rendezvous id)")
+    p.add_argument("--forward-env", action="append", default=[], help="variable the launcher forwards to ranks")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
+    p.set_defaults(func=cmd_launch)
+    return parser
+
+
+def _version() -> str:
+    from bridge import __version__
+
+    return __version__
 
 
 def main(argv: list[str] | None = None) -> int:
-    import click
-
     try:
-        app(args=argv, prog_name="hpcbridge", standalone_mode=False)
-        return 0
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.UsageError as exc:
-        print(f"hpcbridge: {exc.format_message()}", file=sys.stderr)
-        return 2
-    except click.Abort:
-        return 130
+        args = build_parser().parse_args(argv)
+        return args.func(args)
     except BridgeError as exc:
         print(f"hpcbridge: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
     except BrokenPipeError:
         return 1
 

@@ -79,6 +79,8 @@ class NodeResources:
     gpu_resource: str | None = None
     #: other extended resources, verbatim (name, quantity text)
     extra: tuple[tuple[str, str], ...] = ()
+    #: every merged request as written (name, quantity text), for backends that speak Kubernetes quantities
+    quantities: tuple[tuple[str, str], ...] = ()
 
     @property
     def cpu_count(self) -> int | None:
@@ -234,7 +236,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     image = (spec_trainer.image if spec_trainer and spec_trainer.image else None) or container.image
 
     env = _merged_env(container.env or [], (spec_trainer.env if spec_trainer else None) or [])
-    for index, entry in enumerate(env):
+    for index, entry in enumerate((spec_trainer.env if spec_trainer else None) or []):
         if entry.name in RESERVED_ENV.get(framework, set()):
             raise InvalidSpec(f"spec.trainer.env[{index}].name", entry.name,
                               f"reserved by the {framework} policy; hpc-bridge sets it")
@@ -387,7 +389,8 @@ def _node_resources(runtime: ResourceRequirements | None, trainjob: ResourceRequ
                 gpus, gpu_resource = int(amount), name
         else:
             extra.append((name, str(value)))
-    return NodeResources(cpu=cpu, memory_bytes=memory, gpus=gpus, gpu_resource=gpu_resource, extra=tuple(extra))
+    return NodeResources(cpu=cpu, memory_bytes=memory, gpus=gpus, gpu_resource=gpu_resource, extra=tuple(extra),
+                         quantities=tuple((name, str(value)) for name, value in sorted(requests.items())))
 
 
 def _node_count(trainjob: TrainJob, policy) -> int:
@@ -491,12 +494,12 @@ def _check_directive_value(where: str, value: str) -> None:
 
 def check_shell_env(plan: LaunchPlan) -> None:
     """HPC backends export env through a shell: names must be identifiers, values literal strings."""
-    for index, entry in enumerate(plan.env):
+    for entry in plan.env:
         if not _SHELL_ENV_NAME.match(entry.name):
-            raise InvalidSpec(f"spec.trainer.env[{index}].name", entry.name,
+            raise InvalidSpec(f"env {entry.name!r}", entry.name,
                               f"{plan.backend} needs shell variable names (letters, digits, _)")
         if entry.value_from is not None:
-            raise InvalidSpec(f"spec.trainer.env[{index}].valueFrom", dict(entry.value_from),
+            raise InvalidSpec(f"env {entry.name!r}.valueFrom", dict(entry.value_from),
                               f"valueFrom is only available on Kubernetes clusters, not {plan.backend}")
         if entry.value is not None and "\x00" in entry.value:
-            raise InvalidSpec(f"spec.trainer.env[{index}].value", entry.value, "contains a NUL byte")
+            raise InvalidSpec(f"env {entry.name!r}.value", entry.value, "contains a NUL byte")

@@ -78,6 +78,8 @@ class _RunningJob:
     log_dir: Path
     pumps: list[threading.Thread] = field(default_factory=list)
     cancelled: bool = False
+    #: exit code of the node that failed first; the others were stopped because of it
+    first_failure: int | None = None
 
 
 class LocalAdapter(Adapter):
@@ -137,6 +139,10 @@ class LocalAdapter(Adapter):
     def _status(self, job: _RunningJob) -> JobStatus:
         codes = [proc.poll() for proc in job.processes]
         failed = [code for code in codes if code not in (None, 0)]
+        if failed and job.first_failure is None and not job.cancelled:
+            job.first_failure = failed[0]
+        if job.first_failure is not None:
+            failed = [job.first_failure]
         if job.cancelled and all(code is not None for code in codes):
             return JobStatus(job.ref, JobState.CANCELLED, exit_code=_shell_code(failed[0]) if failed else 0)
         if failed:

@@ -81,15 +81,19 @@ def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str) ->
         return launchers.hydra_argv(topology, path, spec.command, spec.forward_env,
                                     mpiexec="mpiexec" if spec.launcher == "intel" else None)
     if spec.launcher == "torchrun":
+        if launchers.calls_torchrun(spec.command):
+            return list(spec.command)  # Kubeflow style: the command runs torchrun, which reads PET_* (child_env)
         return launchers.torchrun_argv(topology, spec.command, spec.rdzv_port, spec.job_id)
     if spec.launcher == "flux":
         return launchers.flux_run_argv(topology, spec.command) if topology.rank == 0 else None
     return list(spec.command)
 
 
-def child_env(spec: LaunchSpec, base: Mapping[str, str]) -> dict[str, str]:
+def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Topology) -> dict[str, str]:
     env = dict(base)
     env.update(spec.extra_env)
+    if spec.launcher == "torchrun" and launchers.calls_torchrun(spec.command):
+        env.update(launchers.torch_env(topology, spec.rdzv_port))
     if spec.launcher == "openmpi" and os.geteuid() == 0:
         # Open MPI refuses root without both variables; containers and CI commonly run as root.
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -134,4 +138,4 @@ def run(spec: LaunchSpec) -> int:
         argv = launch_argv(spec, topology, workdir)
         if argv is None:
             return 0
-        return run_child(argv, child_env(spec, os.environ))
+        return run_child(argv, child_env(spec, os.environ, topology))

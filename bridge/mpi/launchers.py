@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +44,10 @@ def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forwar
 
 def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id: str,
                   torchrun: str = "torchrun") -> list[str]:
-    """c10d rendezvous hosted by node 0; ``is_host`` says so explicitly, as all local nodes share one host."""
+    """c10d rendezvous hosted by node 0; ``is_host`` says so explicitly, as all local nodes share one host.
+
+    ``--no-python`` because the command is an argv (``python3 train.py``), not a script for torchrun to wrap.
+    """
     return [
         torchrun,
         f"--nnodes={len(topology.hosts)}",
@@ -52,9 +56,24 @@ def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id:
         f"--rdzv-endpoint={topology.master}:{port}",
         f"--rdzv-id={job_id or 'hpcbridge'}",
         f"--rdzv-conf=is_host={'true' if topology.rank == 0 else 'false'}",
-        f"--node-rank={topology.rank}",
+        "--no-python",
         *command,
     ]
+
+
+def torch_env(topology: Topology, port: int) -> dict[str, str]:
+    """Kubeflow's PET_* variables, for commands that call torchrun themselves (torchrun reads them)."""
+    return {
+        "PET_NNODES": str(len(topology.hosts)),
+        "PET_NPROC_PER_NODE": str(topology.slots),
+        "PET_NODE_RANK": str(topology.rank),
+        "PET_MASTER_ADDR": topology.master,
+        "PET_MASTER_PORT": str(port),
+    }
+
+
+def calls_torchrun(command: Sequence[str]) -> bool:
+    return bool(command) and os.path.basename(command[0]) == "torchrun"
 
 
 def flux_run_argv(topology: Topology, command: Sequence[str]) -> list[str]:

@@ -34,17 +34,7 @@ def _labels(plan: LaunchPlan) -> dict[str, str]:
 
 
 def _quantity_map(plan: LaunchPlan) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    r = plan.resources
-    if r.cpu is not None:
-        resources["cpu"] = str(r.cpu.numerator) if r.cpu.denominator == 1 else f"{int(r.cpu * 1000)}m"
-    if r.memory_bytes is not None:
-        resources["memory"] = str(r.memory_bytes)
-    if r.gpus and r.gpu_resource:
-        resources[r.gpu_resource] = str(r.gpus)
-    for name, value in r.extra:
-        resources[name] = value
-    return resources
+    return dict(plan.resources.quantities)
 
 
 def _trainer_job(jobs: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -1,0 +1,112 @@
+"""The built-in local cluster runs real processes: Open MPI, torchrun and plain commands on this machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.local]
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def submit(path: Path, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bridge", "submit", str(path), *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+PLAIN_RUNTIME = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: plain}
+spec:
+  mlPolicy: {numNodes: 1}
+---
+"""
+
+
+def trainjob(tmp_path: Path, name: str, command: list[str], nodes: int = 1, env: dict | None = None,
+             runtime: str = "plain") -> Path:
+    import yaml
+
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": name, "annotations": {"hpcbridge.io/workdir": str(tmp_path)}},
+           "spec": {"runtimeRef": {"name": runtime}, "trainer": {
+               "numNodes": nodes, "command": command,
+               "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(PLAIN_RUNTIME + yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _state(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def test_mpi_example_allreduce() -> None:
+    result = submit(ROOT / "examples" / "mpi-allreduce.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "allreduce result: 10 OK" in result.stdout
+    assert result.stdout.count("allreduce sum=10") == 4  # 2 nodes x 2 ranks
+    assert "Succeeded (exit code 0)" in result.stderr
+
+
+def test_torch_example_ddp() -> None:
+    result = submit(ROOT / "examples" / "torch-ddp.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ddp allreduce result: 3.000 OK" in result.stdout
+    assert "[node-0]" in result.stdout and "[node-1]" in result.stdout
+
+
+def test_exit_code_is_the_jobs(tmp_path: Path) -> None:
+    result = submit(trainjob(tmp_path, "fails", ["sh", "-c", "echo before; exit 3"]))
+    assert result.returncode == 3
+    assert "before" in result.stdout
+    assert "Failed (exit code 3)" in result.stderr
+
+
+def test_failing_node_stops_the_others(tmp_path: Path) -> None:
+    marker = tmp_path / "survivor"
+    command = ["sh", "-c", f'if [ "$HPCBRIDGE_NODE_RANK" = 1 ]; then exit 5; fi; sleep 60; touch {marker}']
+    started = time.monotonic()
+    result = submit(trainjob(tmp_path, "one-fails", command, nodes=3))
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert time.monotonic() - started < 50  # the sleeping nodes were stopped, not waited for
+    assert not marker.exists()
+
+
+def test_hostile_values_arrive_literal(tmp_path: Path) -> None:
+    evil = "$(touch pwned) `id` ${HOME} 'single' \"double\"\nsecond line"
+    result = submit(trainjob(tmp_path, "hostile", [sys.executable, "-c", "import os, sys; print(repr(os.environ['EVIL'])); "
+                                                   "print(repr(sys.argv[1:]))", "$(id)", "a b", ""],
+                             env={"EVIL": evil}))
+    assert result.returncode == 0, result.stderr
+    assert repr(evil) in result.stdout
+    assert repr(["$(id)", "a b", ""]) in result.stdout
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_sigterm_cancels_every_node(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    command = ["sh", "-c", f"echo $$ >> {pids}; sleep 120"]
+    proc = subprocess.Popen([sys.executable, "-m", "bridge", "submit", str(trainjob(tmp_path, "cancel-me", command,
+                                                                                     nodes=2))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < 2):
+        time.sleep(0.1)
+    assert pids.exists() and len(pids.read_text().split()) == 2
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert "Cancelled" in err
+    assert proc.returncode != 0
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,0 +1,111 @@
+"""The CLI as a user runs it: a real subprocess, exit codes, one-line errors, no heavy imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "mpi-allreduce.yaml"
+
+
+def hpcbridge(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HPCBRIDGE_CONFIG": "", **(env or {})}
+    full_env.pop("HPCBRIDGE_CONFIG") if not full_env["HPCBRIDGE_CONFIG"] else None
+    return subprocess.run([sys.executable, "-m", "bridge", *args], input=stdin, capture_output=True, text=True,
+                          env=full_env, cwd=ROOT, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def test_render_prints_three_artifacts_for_the_same_trainjob() -> None:
+    slurm = hpcbridge("render", str(EXAMPLE), "--to", "slurm")
+    flux = hpcbridge("render", str(EXAMPLE), "--to", "flux")
+    k8s = hpcbridge("render", str(EXAMPLE), "--to", "kubernetes")
+    assert slurm.returncode == flux.returncode == k8s.returncode == 0, slurm.stderr + flux.stderr + k8s.stderr
+    assert slurm.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=mpi-allreduce")
+    assert json.loads(flux.stdout)["version"] == 1
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(k8s.stdout)]
+    assert kinds == ["Secret", "ConfigMap", "JobSet"]
+
+
+def test_dry_run_equals_render() -> None:
+    render = hpcbridge("render", str(EXAMPLE))
+    dry = hpcbridge("submit", str(EXAMPLE), "--dry-run")
+    assert render.returncode == dry.returncode == 0
+    assert render.stdout == dry.stdout
+
+
+def test_render_json_output() -> None:
+    result = hpcbridge("render", str(EXAMPLE), "--to", "slurm", "-o", "json")
+    document = json.loads(result.stdout)
+    assert document["backend"] == "slurm" and document["files"][0]["content"].startswith("#!/bin/bash")
+
+
+def test_stdin_input() -> None:
+    result = hpcbridge("validate", "-", stdin=EXAMPLE.read_text())
+    assert result.returncode == 0, result.stderr
+    assert "valid: -: default/mpi-allreduce: runtime mpi-distributed, cluster local, 2 node(s) x 2 proc(s)" in result.stdout
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\n"
+     "spec: {runtimeRef: {name: torch-distributed}, trainer: {numNodes: -1}}\n", "spec.trainer.numNodes"),
+    ("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\n"
+     "spec: {runtimeRef: {name: torch-distributed}, bogus: 1}\n", "spec.bogus: unknown field"),
+    ("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\n"
+     "spec: {runtimeRef: {name: no-such-runtime}, trainer: {command: [x]}}\n", "spec.runtimeRef.name: no ClusterTrainingRuntime"),
+    ("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: " + "a" * 64 + "}\n"
+     "spec: {runtimeRef: {name: torch-distributed}}\n", "metadata.name: must be at most 63"),
+    ("%%%: [\n", "not valid YAML"),
+])
+@pytest.mark.parametrize("command", ["validate", "render", "submit"])
+def test_bad_input_is_one_line_exit_2(text: str, fragment: str, command: str) -> None:
+    result = hpcbridge(command, "-", stdin=text)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr
+
+
+def test_missing_file_is_exit_2() -> None:
+    result = hpcbridge("render", "/no/such/file.yaml")
+    assert result.returncode == 2 and "no such file" in result.stderr
+
+
+def test_unknown_cluster_is_exit_2() -> None:
+    result = hpcbridge("render", str(EXAMPLE), "--cluster", "nowhere")
+    assert result.returncode == 2 and "no such cluster" in result.stderr
+
+
+def test_clusters_from_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "clusters.yaml"
+    config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
+                      "spec: {type: slurm, defaults: {partition: batch}}\n")
+    listing = hpcbridge("clusters", env={"HPCBRIDGE_CONFIG": str(config)})
+    assert listing.stdout.split() == ["hpc", "slurm", "local", "local"]
+    rendered = hpcbridge("render", str(EXAMPLE), "--cluster", "hpc", env={"HPCBRIDGE_CONFIG": str(config)})
+    assert "#SBATCH --partition=batch" in rendered.stdout
+
+
+def test_render_does_not_import_heavy_clients() -> None:
+    code = ("import sys; from bridge.cli import main; main(['render', %r, '--to', 'slurm']); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'kubernetes', 'kopf', 'paramiko', 'flux'}), "
+            "file=sys.stderr)") % str(EXAMPLE)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stderr.strip() == "[]"
+
+
+def test_launch_requires_a_command() -> None:
+    result = hpcbridge("launch", "--launcher", "plain")
+    assert result.returncode == 2

@@ -1,0 +1,89 @@
+"""Every backend's artifact for the reference plans, byte for byte (tests/golden, --update-golden)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.adapters import adapter_class
+from bridge.api.catalog import builtin_runtimes
+from bridge.api.cluster import BridgeCluster
+from bridge.api.loader import load_file
+from bridge.plan import find_runtime, resolve
+
+CASES = Path(__file__).resolve().parent.parent / "cases"
+CASE_NAMES = ["torch-cpu-2nodes", "mpi-4x2-openmpi", "gpu-8x4-queue", "hostile"]
+SUFFIX = {"slurm": "sbatch", "flux": "jobspec.json", "kubernetes": "jobset.yaml", "local": "local.yaml"}
+
+
+def cluster(kind: str) -> BridgeCluster:
+    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                         "metadata": {"name": f"test-{kind}"}, "spec": {"type": kind}})
+
+
+def plan_for(case: str, kind: str):
+    trainjob = load_file(CASES / f"{case}.yaml")[0]
+    return resolve(trainjob, find_runtime(trainjob, builtin_runtimes()), cluster(kind))
+
+
+@pytest.mark.parametrize("backend", list(SUFFIX))
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_artifact_matches_golden(case: str, backend: str, golden) -> None:
+    plan = plan_for(case, backend)
+    artifact = adapter_class(backend)(cluster(backend)).render(plan)
+    golden(f"{case}.{SUFFIX[backend]}", artifact.text())
+
+
+@pytest.mark.parametrize("backend", list(SUFFIX))
+def test_render_is_deterministic(backend: str) -> None:
+    texts = {adapter_class(backend)(cluster(backend)).render(plan_for("hostile", backend)).text() for _ in range(3)}
+    assert len(texts) == 1
+
+
+def _bash_env_after(script: str) -> dict[str, str]:
+    """Run the script's export lines in bash and read the resulting environment back."""
+    exports = "\n".join(line for line in script.splitlines() if line.startswith("export "))
+    out = subprocess.run(["bash", "-c", exports + "\nenv -0"], capture_output=True, check=True, env={}).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+def test_hostile_slurm_values_stay_literal(tmp_path: Path) -> None:
+    plan = plan_for("hostile", "slurm")
+    script = adapter_class("slurm")(cluster("slurm")).render(plan).main
+    # no value can open a directive or a line of its own
+    directives = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert not any("stolen" in line for line in directives)
+    assert all(line.startswith("#SBATCH") or not line.startswith("#SBATCH") for line in script.splitlines())
+    assert sum(1 for line in script.splitlines() if "stolen" in line) == 2  # inside $'…' on the export/exec lines
+    env = _bash_env_after(script)
+    for entry in plan.env:
+        assert env[entry.name] == entry.value
+    # the exec line, parsed by bash, yields the command verbatim after "--"
+    exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
+    printed = subprocess.run(["bash", "-c", "printf '%s\\0' " + exec_line[len("exec "):]], capture_output=True,
+                             check=True).stdout.decode().split("\0")[:-1]
+    assert printed[printed.index("--") + 1:] == list(plan.command)
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_hostile_flux_script_and_jobspec_literal() -> None:
+    plan = plan_for("hostile", "flux")
+    spec = json.loads(adapter_class("flux")(cluster("flux")).render(plan).main)
+    assert spec["attributes"]["system"]["environment"]["MULTILINE"] == "first\n#SBATCH --account=stolen\nexport X=1"
+    env = _bash_env_after(spec["attributes"]["system"]["files"]["script"]["data"])
+    assert env["EVIL"] == plan.env[0].value
+
+
+def test_hostile_kubernetes_values_round_trip() -> None:
+    plan = plan_for("hostile", "kubernetes")
+    docs = list(yaml.safe_load_all(adapter_class("kubernetes")(cluster("kubernetes")).render(plan).main))
+    jobset = docs[-1]
+    launcher = next(j for j in jobset["spec"]["replicatedJobs"] if j["name"] == "launcher")
+    node = launcher["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert node["command"] == list(plan.command)
+    env = {e["name"]: e.get("value") for e in node["env"]}
+    assert env["MULTILINE"] == "first\n#SBATCH --account=stolen\nexport X=1"
