@@ -75,11 +75,9 @@ def test_exit_code_is_the_jobs(tmp_path: Path) -> None:
 def test_failing_node_stops_the_others(tmp_path: Path) -> None:
     marker = tmp_path / "survivor"
     command = ["sh", "-c", f'if [ "$HPCBRIDGE_NODE_RANK" = 1 ]; then exit 5; fi; sleep 60; touch {marker}']
-    started = time.monotonic()
     result = submit(trainjob(tmp_path, "one-fails", command, nodes=3))
     assert result.returncode == 5, result.stdout + result.stderr
-    assert time.monotonic() - started < 50  # the sleeping nodes were stopped, not waited for
-    assert not marker.exists()
+    assert not marker.exists()  # the sleeping nodes were stopped, not waited for
 
 
 def test_hostile_values_arrive_literal(tmp_path: Path) -> None:
