@@ -165,7 +165,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     spec = LaunchSpec(launcher=args.launcher, discovery=args.discovery, procs_per_node=args.procs_per_node,
                       command=tuple(command), nodes=args.nodes, forward_env=tuple(args.forward_env),
                       hosts=tuple(args.host), node_rank=args.node_rank, hostfile=args.hostfile,
-                      rdzv_port=args.rdzv_port, job_id=args.job_id)
+                      rdzv_port=args.rdzv_port, job_id=args.job_id, ssh_dir=args.ssh_dir,
+                      ssh_port=args.ssh_port, wait_timeout=args.wait_timeout)
     return run(spec)
 
 
@@ -218,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdzv-port", type=int, default=29500, help="torchrun rendezvous port on node 0")
     p.add_argument("--job-id", default="", help="job identity (torchrun rendezvous id)")
     p.add_argument("--forward-env", action="append", default=[], help="variable the launcher forwards to ranks")
+    p.add_argument("--ssh-dir", help="the job's SSH keys: ranks reach each other with sshd on --ssh-port")
+    p.add_argument("--ssh-port", type=int, default=2222, help="port of the job's sshd on every node")
+    p.add_argument("--wait-timeout", type=float, default=120.0, help="seconds rank 0 waits for every peer's sshd")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
     p.set_defaults(func=cmd_launch)
     return parser

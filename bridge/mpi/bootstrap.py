@@ -7,16 +7,20 @@ contract between the renderers (which write its arguments into batch scripts) an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bridge.errors import InvalidSpec
-from bridge.mpi import discovery, launchers
+from bridge.mpi import discovery, launchers, ssh
 from bridge.mpi.hostfile import hostfile_for
 
 LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux")
@@ -36,6 +40,11 @@ class LaunchSpec:
     hostfile: str | None = None
     rdzv_port: int = 29500
     job_id: str = ""
+    #: directory with the job's SSH keys (mpi.ssh.create_job_keys); enables ssh between nodes
+    ssh_dir: str | None = None
+    ssh_port: int = ssh.DEFAULT_PORT
+    #: how long rank 0 waits for every peer's sshd before giving up
+    wait_timeout: float = 120.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -63,12 +72,16 @@ class LaunchSpec:
             args += ["--rdzv-port", str(self.rdzv_port)]
         if self.job_id:
             args += ["--job-id", self.job_id]
+        if self.ssh_dir:
+            args += ["--ssh-dir", self.ssh_dir, "--ssh-port", str(self.ssh_port),
+                     "--wait-timeout", f"{self.wait_timeout:g}"]
         for name in self.forward_env:
             args += ["--forward-env", name]
         return [*args, "--", *self.command]
 
 
-def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str) -> list[str] | None:
+def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
+                ssh_settings: launchers.SSHSettings | None = None) -> list[str] | None:
     """What this node runs, or None when this node has nothing to start (MPI ranks other than 0)."""
     if spec.launcher in MPI:
         if topology.rank != 0:
@@ -77,8 +90,8 @@ def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str) ->
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(hostfile_for(spec.launcher, topology.peers))
         if spec.launcher == "openmpi":
-            return launchers.openmpi_argv(topology, path, spec.command, spec.forward_env)
-        return launchers.hydra_argv(topology, path, spec.command, spec.forward_env,
+            return launchers.openmpi_argv(topology, path, spec.command, spec.forward_env, ssh=ssh_settings)
+        return launchers.hydra_argv(topology, path, spec.command, spec.forward_env, ssh=ssh_settings,
                                     mpiexec="mpiexec" if spec.launcher == "intel" else None)
     if spec.launcher == "torchrun":
         if launchers.calls_torchrun(spec.command):
@@ -131,10 +144,72 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return 128 - code if code < 0 else code
 
 
+def done_marker(job_id: str, host: str) -> str:
+    """The file rank 0 creates on a peer (over ssh) to tell it the job is over."""
+    return f"/tmp/hpcbridge-{job_id or 'job'}.{host}.done"
+
+
+def serve_peer(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles, workdir: str,
+               poll: float = 0.2) -> int:
+    """A non-zero MPI rank: serve sshd for the launcher until rank 0 says the job is over."""
+    marker = done_marker(spec.job_id, topology.hosts[topology.rank])
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(marker)
+    sshd = ssh.start_sshd(files, Path(workdir) / "sshd.log")
+    stopping: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        while not stopping and not os.path.exists(marker):
+            if sshd.poll() is not None:
+                log = (Path(workdir) / "sshd.log").read_text(errors="replace").strip().splitlines()
+                print(f"hpcbridge launch: sshd exited with code {sshd.returncode}: {log[-1] if log else ''}",
+                      file=sys.stderr)
+                return 1
+            time.sleep(poll)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sshd.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            sshd.wait(timeout=5)
+        if sshd.poll() is None:
+            sshd.kill()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)
+    return 128 + stopping[0] if stopping else 0
+
+
+def release_peers(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles) -> None:
+    """Tell every peer the job is over (best effort, in parallel): their sshd stops and they exit."""
+    peers = [host for index, host in enumerate(topology.hosts) if index != topology.rank]
+
+    def release(host: str) -> None:
+        subprocess.run(["ssh", "-F", str(files.config), host, "touch", done_marker(spec.job_id, host)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=30, check=False)
+
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
+        list(pool.map(release, dict.fromkeys(peers)))
+
+
 def run(spec: LaunchSpec) -> int:
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
                                   rank=spec.node_rank, hostfile=spec.hostfile)
     with tempfile.TemporaryDirectory(prefix=f"hpcbridge-{spec.job_id[:8] or 'job'}-") as workdir:
+        if spec.launcher in MPI and spec.ssh_dir and len(topology.hosts) > 1:
+            keys = ssh.load_job_keys(spec.ssh_dir)
+            files = ssh.write_ssh_files(keys, topology.hosts, Path(workdir), spec.ssh_port)
+            if topology.rank != 0:
+                return serve_peer(spec, topology, files, workdir)
+            own = topology.hosts[topology.rank]
+            ssh.wait_for_peers([h for h in topology.hosts if h != own], spec.ssh_port, spec.wait_timeout)
+            argv = launch_argv(spec, topology, workdir, launchers.SSHSettings(str(files.config), str(files.wrapper)))
+            assert argv is not None
+            try:
+                return run_child(argv, child_env(spec, os.environ, topology))
+            finally:
+                release_peers(spec, topology, files)
         argv = launch_argv(spec, topology, workdir)
         if argv is None:
             return 0

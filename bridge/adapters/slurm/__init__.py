@@ -1,15 +1,173 @@
-"""Slurm backend: batch scripts for sbatch (DESIGN §5)."""
+"""Slurm backend (DESIGN §5): batch scripts sent with sbatch, followed with one squeue per poll.
+
+Jobs that have left squeue are looked up in accounting (sacct) or, on clusters without slurmdbd, in the
+job-completion log (sacct -c): a finished job is never reported as lost.
+"""
 
 from __future__ import annotations
 
-from bridge.adapters.base import Adapter, Artifact, ArtifactFile
-from bridge.adapters.slurm.render import render_script
+import re
+import time
+from collections.abc import Iterator, Sequence
+
+from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
+from bridge.adapters.slurm.render import COMMENT_PREFIX, render_script
+from bridge.adapters.slurm.state import SACCT_FIELDS, SQUEUE_FORMAT, SlurmRecord, parse_sacct, parse_squeue
+from bridge.adapters.transport import CommandResult, LocalTransport, SSHTransport, Transport
+from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
+
+_PARSABLE_ID = re.compile(r"^(\d+)(;\S+)?$")
+# sbatch/squeue messages that mean "try again", as opposed to "your request is wrong"
+_TRANSIENT = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
+              "Slurm backup controller in standby mode", "Zero Bytes were transmitted or received",
+              "Resource temporarily unavailable", "Communication connection failure")
+
+
+def make_transport(cluster) -> Transport:
+    conn = cluster.spec.slurm
+    env = {"SLURM_CONF": conn.slurm_conf} if conn and conn.slurm_conf else {}
+    if conn is None or conn.transport == "local":
+        return LocalTransport(env)
+    if conn.transport == "ssh":
+        return SSHTransport(conn.host, conn.port or 22, conn.user, conn.key_file, conn.known_hosts_file, env=env)
+    from bridge.adapters.slurm.rest import RestTransport
+
+    return RestTransport(conn)
 
 
 class SlurmAdapter(Adapter):
     backend = "slurm"
 
+    def __init__(self, cluster, transport: Transport | None = None) -> None:
+        super().__init__(cluster)
+        self._transport = transport
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            self._transport = make_transport(self.cluster)
+        return self._transport
+
     def render(self, plan: LaunchPlan) -> Artifact:
         return Artifact("slurm", "sbatch-script", plan,
                         (ArtifactFile(f"{plan.name}.sbatch", render_script(plan), "text/x-shellscript"),))
+
+    # --- sending -------------------------------------------------------------------------------------
+
+    def _check(self, result: CommandResult, what: str) -> CommandResult:
+        if result.ok:
+            return result
+        message = (result.stderr.strip() or result.stdout.strip() or f"exit code {result.returncode}").splitlines()
+        text = " ".join(line.strip() for line in message)[:500]
+        if any(marker in text for marker in _TRANSIENT):
+            raise BackendUnavailable("slurm", f"{what}: {text}")
+        raise BackendRejected("slurm", f"{what}: {text}")
+
+    def find(self, uid: str, name: str | None = None) -> JobRef | None:
+        argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
+        if name:
+            argv.append(f"--name={name}")
+        result = self._check(self.transport.run(argv), "squeue")
+        for record in parse_squeue(result.stdout):
+            if record.comment == f"{COMMENT_PREFIX}{uid}" and record.state not in (JobState.CANCELLED,):
+                return JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
+        return None
+
+    def submit(self, artifact: Artifact) -> JobRef:
+        plan = artifact.plan
+        existing = self.find(plan.uid, plan.name)
+        if existing is not None:
+            return existing  # idempotent: a job with this TrainJob's uid is already there
+        result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main), "sbatch")
+        match = _PARSABLE_ID.match(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
+        if not match:
+            raise BackendUnavailable("slurm", f"sbatch printed no job id: {result.stdout.strip()[:200]!r}")
+        return JobRef(self.cluster.name, "slurm", match.group(1), plan.uid, plan.name)
+
+    # --- following -----------------------------------------------------------------------------------
+
+    def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
+        """One squeue for every tracked job; only jobs squeue no longer knows cost a second (sacct) call."""
+        if not refs:
+            return {}
+        by_id = {ref.job_id: ref for ref in refs}
+        records = {r.job_id: r for r in self._squeue(list(by_id))}
+        missing = [job_id for job_id in by_id if job_id not in records]
+        if missing:
+            records.update({r.job_id: r for r in self._sacct(missing)})
+        statuses = {}
+        for job_id, ref in by_id.items():
+            record = records.get(job_id)
+            if record is None:
+                statuses[ref] = JobStatus(ref, JobState.UNKNOWN, reason="NoRecord",
+                                          message="neither squeue nor accounting knows this job")
+            else:
+                statuses[ref] = self._status(ref, record)
+        return statuses
+
+    def _squeue(self, job_ids: list[str]) -> list[SlurmRecord]:
+        result = self.transport.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}",
+                                     f"--Format={SQUEUE_FORMAT}"])
+        if not result.ok and "Invalid job id specified" in result.stderr:
+            return []  # none of them is in squeue any more
+        return parse_squeue(self._check(result, "squeue").stdout)
+
+    def _sacct(self, job_ids: list[str]) -> list[SlurmRecord]:
+        fields = ",".join(SACCT_FIELDS)
+        base = ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(job_ids)}",
+                f"--format={fields}"]
+        result = self.transport.run(base)
+        if result.ok:
+            return parse_sacct(result.stdout)
+        if "accounting storage is disabled" in result.stderr or "accounting_storage/none" in result.stderr:
+            # no slurmdbd: the job-completion log still has every finished job
+            result = self.transport.run([*base[:1], "--completion", "--starttime=1970-01-01", *base[1:]])
+            if result.ok:
+                return [r for r in parse_sacct(result.stdout) if r.job_id in job_ids]
+        return []
+
+    def _status(self, ref: JobRef, record: SlurmRecord) -> JobStatus:
+        nodes = (record.nodes,) if record.nodes and record.nodes not in ("(null)", "None assigned") else ()
+        return JobStatus(ref, record.state, exit_code=record.exit_code, reason=record.reason,
+                         message=record.slurm_state, nodes=nodes)
+
+    def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
+        if signal or grace_seconds:
+            self._check(self.transport.run(["scancel", "--batch", "--full", f"--signal={signal or 'TERM'}",
+                                            ref.job_id]), "scancel")
+            if not grace_seconds:
+                return
+            deadline = time.monotonic() + grace_seconds
+            while time.monotonic() < deadline:
+                if self.poll([ref])[ref].state.finished:
+                    return
+                time.sleep(min(1.0, grace_seconds))
+        self._check(self.transport.run(["scancel", ref.job_id]), "scancel")
+
+    def output_path(self, ref: JobRef) -> str | None:
+        result = self.transport.run(["scontrol", "--oneliner", "show", "job", ref.job_id])
+        if not result.ok:
+            return None
+        match = re.search(r"(?:^|\s)StdOut=(\S+)", result.stdout)
+        return match.group(1) if match else None
+
+    def logs(self, ref: JobRef, follow: bool = False, poll_interval: float = 1.0) -> Iterator[str]:
+        """The job's output file, read over the transport; with *follow*, until the job ends."""
+        path = self.output_path(ref)
+        if path is None:
+            raise BackendRejected("slurm", f"job {ref.job_id} has no output file Slurm still knows of")
+        offset = 0
+        while True:
+            result = self.transport.run(["tail", "-c", f"+{offset + 1}", path])
+            if result.ok and result.stdout:
+                offset += len(result.stdout.encode("utf-8"))
+                yield result.stdout
+            if not follow:
+                return
+            if self.poll([ref])[ref].state.finished:
+                final = self.transport.run(["tail", "-c", f"+{offset + 1}", path])
+                if final.ok and final.stdout:
+                    yield final.stdout
+                return
+            time.sleep(poll_interval)

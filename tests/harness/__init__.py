@@ -1,0 +1,1 @@
+"""Test harnesses that bring up real daemons and emulated hosts for integration tests and benchmarks."""

@@ -1,0 +1,173 @@
+"""A real Slurm 22.05 cluster for tests: slurmctld and several slurmd on this machine, state in a temp dir.
+
+Variant a of ../shared/infra/slurm-and-mpi.md: N ``slurmd -N nodeX`` on localhost, each on its own port,
+with 2 CPUs, 2000 MB and two (fake-device) GPUs per node. No accounting; finished jobs are in the
+job-completion log. Everything is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+DAEMONS = ("slurmctld", "slurmd", "munged", "sinfo", "sbatch", "squeue", "scontrol", "scancel", "sacct")
+
+
+def _free_port_block(count: int, start: int = 20000, end: int = 40000) -> int:
+    """A base port such that base..base+count-1 are all free on loopback."""
+    for base in range(start, end, count + 1):
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+                sockets.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError("no free port block for the Slurm test cluster")
+
+
+def ensure_munge() -> None:
+    """munged must run for any Slurm daemon; start it once (it is shared by every cluster on the machine)."""
+    check = subprocess.run("munge -n | unmunge", shell=True, capture_output=True)
+    if check.returncode == 0:
+        return
+    os.makedirs("/run/munge", exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+    for _ in range(200):
+        if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("munged did not come up")
+
+
+class SlurmCluster:
+    def __init__(self, base: Path, nodes: int = 4, cpus: int = 2, memory_mb: int = 2000, gpus: int = 2,
+                 min_job_age: int = 300) -> None:
+        self.base = Path(base)
+        self.nodes = nodes
+        self.cpus, self.memory_mb, self.gpus, self.min_job_age = cpus, memory_mb, gpus, min_job_age
+        self.conf = self.base / "etc" / "slurm.conf"
+        self.pids: list[int] = []
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    def write_config(self) -> None:
+        missing = [tool for tool in DAEMONS if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}")]
+        if missing:
+            raise RuntimeError(f"Slurm/munge not installed ({', '.join(missing)} missing): run scripts/setup.sh --all")
+        ports = _free_port_block(self.nodes + 1)
+        b = self.base
+        for sub in ("etc", "state", "spool", "log", "run", "jobs"):
+            (b / sub).mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(f"""# hpc-bridge test cluster (tests/harness/slurm.py)
+ClusterName=hpcbtest
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+SlurmctldPort={ports}
+SlurmdPort={ports + 1}
+StateSaveLocation={b}/state
+SlurmdSpoolDir={b}/spool/%n
+SlurmctldPidFile={b}/run/slurmctld.pid
+SlurmdPidFile={b}/run/slurmd-%n.pid
+SlurmctldLogFile={b}/log/slurmctld.log
+SlurmdLogFile={b}/log/slurmd-%n.log
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={b}/log/jobcomp.txt
+GresTypes=gpu
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+MinJobAge={self.min_job_age}
+NodeName=node[1-{self.nodes}] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{ports + 1}-{ports + self.nodes}] \
+CPUs={self.cpus} RealMemory={self.memory_mb} Gres=gpu:{self.gpus} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+        # /dev/null and /dev/zero stand in for GPU devices: enough for Slurm to count and assign them
+        devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random"][: self.gpus]
+        (self.conf.parent / "gres.conf").write_text(
+            "AutoDetect=off\n" + "".join(f"NodeName=node[1-{self.nodes}] Name=gpu File={d}\n" for d in devices))
+
+    def start(self) -> None:
+        ensure_munge()
+        self.write_config()
+        subprocess.run(["slurmctld"], env=self.env, check=True)
+        for node in self.node_names:
+            (self.base / "spool" / node).mkdir(exist_ok=True)
+            subprocess.run(["slurmd", "-N", node], env=self.env, check=True)
+        self._collect_pids()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            out = subprocess.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], env=self.env, capture_output=True, text=True)
+            if out.stdout.strip() == str(self.nodes):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"Slurm nodes not idle: {self.log_tail()}")
+
+    def _collect_pids(self) -> None:
+        for _ in range(100):
+            files = list((self.base / "run").glob("*.pid"))
+            if len(files) == self.nodes + 1:
+                break
+            time.sleep(0.05)
+        self.pids = [int(f.read_text().strip()) for f in (self.base / "run").glob("*.pid") if f.read_text().strip()]
+
+    def log_tail(self, lines: int = 20) -> str:
+        log = self.base / "log" / "slurmctld.log"
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
+
+    def stop(self) -> None:
+        if self.pids:
+            # jobs first, so no slurmstepd or job process outlives the cluster
+            self.run("scancel", "--full", "--user=root")
+            time.sleep(0.5)
+        for pid in self.pids:
+            try:
+                os.kill(pid, 15)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        for pid in self.pids:
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            else:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+        self.pids = []
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=60)

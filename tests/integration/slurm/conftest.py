@@ -1,0 +1,66 @@
+"""One real Slurm cluster for the whole run (tests/harness/slurm.py), and a BridgeCluster that targets it."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge.adapters.base import JobRef, JobState, JobStatus
+from bridge.adapters.slurm import SlurmAdapter
+from bridge.api.cluster import BridgeCluster
+from tests.harness.slurm import SlurmCluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    base = Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-"))
+    cluster = SlurmCluster(base)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def bridge_cluster(slurm_cluster) -> BridgeCluster:
+    return BridgeCluster.model_validate({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "testslurm"},
+        "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
+                 "defaults": {"partition": "debug", "launchCommand": [str(Path(__import__("sys").executable)),
+                                                                      "-m", "bridge", "launch"]}}})
+
+
+@pytest.fixture
+def adapter(bridge_cluster) -> SlurmAdapter:
+    return SlurmAdapter(bridge_cluster)
+
+
+@pytest.fixture
+def config_file(tmp_path, bridge_cluster) -> Path:
+    from bridge.api.loader import to_yaml
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text(to_yaml([bridge_cluster]))
+    return path
+
+
+def wait_for(adapter: SlurmAdapter, ref: JobRef, predicate, timeout: float = 120.0) -> JobStatus:
+    """Poll until predicate(status) holds; the deadline only bounds a hung test, it asserts nothing."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = adapter.poll([ref])[ref]
+        if predicate(status) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.1)
+
+
+def finished(status: JobStatus) -> bool:
+    return status.state.finished
+
+
+def state_is(state: JobState):
+    return lambda status: status.state == state
