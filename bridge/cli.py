@@ -133,7 +133,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     ref = adapter.submit(artifact)
     if plan.backend != "local":
         print(ref.job_id)
-        return 0
+        return _follow(adapter, ref) if args.wait else 0
     stop = lambda signum, _frame: adapter.cancel(ref)  # noqa: E731 - one-line signal bridge
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -146,10 +146,103 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return status.exit_code or 0
 
 
+def _follow(adapter, ref, poll_interval: float = 1.0) -> int:
+    """Show state changes until the job ends; the exit code is the job's (1 when it has none)."""
+    import time
+
+    last = None
+    while True:
+        status = adapter.poll([ref])[ref]
+        shown = (status.state, status.reason)
+        if shown != last:
+            detail = f" ({status.reason})" if status.reason else ""
+            where = f" on {','.join(status.nodes)}" if status.nodes and not status.state.finished else ""
+            print(f"{ref.job_id} {status.state.value}{detail}{where}", file=sys.stderr, flush=True)
+            last = shown
+        if status.state.finished:
+            if status.exit_code:
+                return status.exit_code
+            return 0 if status.state.value == "Succeeded" else 1
+        time.sleep(poll_interval)
+
+
+def _cluster_adapter(name: str | None):
+    from bridge.adapters import get_adapter
+    from bridge.api.catalog import load_clusters
+
+    clusters = load_clusters()
+    name = name or os.environ.get("HPCBRIDGE_CLUSTER")
+    if not name:
+        remote = [n for n, c in clusters.items() if c.spec.type != "local"]
+        if len(remote) != 1:
+            raise InvalidSpec("--cluster", None, f"name the cluster; configured: {', '.join(sorted(clusters))}")
+        name = remote[0]
+    if name not in clusters:
+        raise InvalidSpec("--cluster", name, f"no such cluster; configured: {', '.join(sorted(clusters))}")
+    return get_adapter(clusters[name])
+
+
+def _status_rows(statuses) -> list[dict]:
+    return [{"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
+             "exitCode": s.exit_code, "reason": s.reason, "nodes": ",".join(s.nodes)} for s in statuses]
+
+
+def _print_statuses(statuses, output: str) -> None:
+    rows = _status_rows(statuses)
+    if output != "text":
+        _print_document(rows, output)
+        return
+    header = ("JOB", "NAME", "STATE", "EXIT", "REASON", "NODES")
+    table = [header] + [(r["job"], r["name"] or "-", r["state"], "-" if r["exitCode"] is None else str(r["exitCode"]),
+                         r["reason"] or "-", r["nodes"] or "-") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    adapter = _cluster_adapter(args.cluster)
+    statuses = adapter.poll([adapter.ref(job) for job in args.jobs])
+    _print_statuses(statuses.values(), args.output)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    _print_statuses(_cluster_adapter(args.cluster).list_jobs(), args.output)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    adapter = _cluster_adapter(args.cluster)
+    for job in args.jobs:
+        adapter.cancel(adapter.ref(job), signal=args.signal, grace_seconds=args.grace)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    adapter = _cluster_adapter(args.cluster)
+    for chunk in adapter.logs(adapter.ref(args.job), follow=args.follow):
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+    return 0
+
+
 def cmd_clusters(args: argparse.Namespace) -> int:
     from bridge.api.catalog import load_clusters
 
     found = load_clusters()
+    if args.check:
+        from bridge.adapters import get_adapter
+
+        failures = 0
+        for name, obj in sorted(found.items()):
+            try:
+                detail = "ok: " + get_adapter(obj).check() if obj.spec.type != "local" else "ok: this machine"
+            except BridgeError as exc:
+                failures += 1
+                detail = f"unreachable: {exc}"
+            print(f"{name}\t{obj.spec.type}\t{detail}")
+        return 1 if failures else 0
     if args.output == "text":
         for name, obj in sorted(found.items()):
             print(f"{name}\t{obj.spec.type}")
@@ -201,10 +294,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="submit a TrainJob (the local cluster runs it in the foreground)")
     p.add_argument("file", help="TrainJob YAML ('-' for stdin)")
     p.add_argument("--dry-run", action="store_true", help="print the artifact instead of sending it")
+    p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
     common(p)
     p.set_defaults(func=cmd_submit)
 
+    def job_command(name: str, help_text: str, func, many: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        if many:
+            p.add_argument("jobs", nargs="+", help="backend job ids")
+        p.add_argument("--cluster", "-c", help="cluster name (default: $HPCBRIDGE_CLUSTER, or the only remote one)")
+        p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
+        p.set_defaults(func=func)
+        return p
+
+    job_command("status", "states of jobs", cmd_status)
+    job_command("list", "jobs hpc-bridge submitted to a cluster", cmd_list, many=False)
+    p = job_command("cancel", "cancel jobs", cmd_cancel)
+    p.add_argument("--signal", help="send this signal first (e.g. TERM, USR1)")
+    p.add_argument("--grace", type=float, help="seconds to wait after --signal before the hard cancel")
+    p = job_command("logs", "print a job's output", cmd_logs, many=False)
+    p.add_argument("job", help="backend job id")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+
     p = sub.add_parser("clusters", help="list the configured clusters (the built-in local one included)")
+    p.add_argument("check", nargs="?", choices=["check"], help="also reach every cluster once")
     common(p, cluster=False)
     p.set_defaults(func=cmd_clusters)
 

@@ -103,6 +103,18 @@ class Adapter(ABC):
     def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
         raise self._unsupported("logs")
 
+    def list_jobs(self) -> list[JobStatus]:
+        """Every job hpc-bridge submitted to this cluster that the backend still knows, with its state."""
+        raise self._unsupported("list")
+
+    def check(self) -> str:
+        """Reach the backend once; return a one-line description, raise BackendUnavailable if unreachable."""
+        raise self._unsupported("check")
+
+    def ref(self, job_id: str) -> JobRef:
+        """A reference to a job known only by its backend id (CLI status/cancel/logs)."""
+        return JobRef(self.cluster.name, self.backend, job_id, "", "")
+
     def find(self, uid: str) -> JobRef | None:
         """The job that already carries *uid*, if any (idempotent submit)."""
         raise self._unsupported("find")

@@ -74,6 +74,22 @@ class SlurmAdapter(Adapter):
                 return JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
         return None
 
+    def list_jobs(self) -> list[JobStatus]:
+        result = self._check(self.transport.run(["squeue", "--noheader", "--states=all",
+                                                 f"--Format={SQUEUE_FORMAT}"]), "squeue")
+        statuses = []
+        for record in parse_squeue(result.stdout):
+            if record.comment.startswith(COMMENT_PREFIX):
+                ref = JobRef(self.cluster.name, "slurm", record.job_id, record.comment[len(COMMENT_PREFIX):],
+                             record.name)
+                statuses.append(self._status(ref, record))
+        return statuses
+
+    def check(self) -> str:
+        result = self._check(self.transport.run(["scontrol", "ping"], timeout=30), "scontrol ping")
+        version = self.transport.run(["sinfo", "--version"], timeout=30).stdout.strip()
+        return f"{' '.join(result.stdout.split())}; {version}"
+
     def submit(self, artifact: Artifact) -> JobRef:
         plan = artifact.plan
         existing = self.find(plan.uid, plan.name)
