@@ -203,12 +203,14 @@ def run(spec: LaunchSpec) -> int:
             if topology.rank != 0:
                 return serve_peer(spec, topology, files, workdir)
             own = topology.hosts[topology.rank]
-            ssh.wait_for_peers([h for h in topology.hosts if h != own], spec.ssh_port, spec.wait_timeout)
-            argv = launch_argv(spec, topology, workdir, launchers.SSHSettings(str(files.config), str(files.wrapper)))
-            assert argv is not None
             try:
+                ssh.wait_for_peers([h for h in topology.hosts if h != own], spec.ssh_port, spec.wait_timeout)
+                argv = launch_argv(spec, topology, workdir,
+                                   launchers.SSHSettings(str(files.config), str(files.wrapper)))
+                assert argv is not None
                 return run_child(argv, child_env(spec, os.environ, topology))
             finally:
+                # also when a peer never came up: the ones that did must not serve forever
                 release_peers(spec, topology, files)
         argv = launch_argv(spec, topology, workdir)
         if argv is None:

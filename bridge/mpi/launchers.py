@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,14 +43,20 @@ def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forwar
     return [*argv, *command]
 
 
+def find_torchrun() -> str:
+    """torchrun from PATH, else the one installed beside this Python (a venv that is not activated)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    return shutil.which("torchrun") or (beside if os.access(beside, os.X_OK) else "torchrun")
+
+
 def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id: str,
-                  torchrun: str = "torchrun") -> list[str]:
+                  torchrun: str | None = None) -> list[str]:
     """c10d rendezvous hosted by node 0; ``is_host`` says so explicitly, as all local nodes share one host.
 
     ``--no-python`` because the command is an argv (``python3 train.py``), not a script for torchrun to wrap.
     """
     return [
-        torchrun,
+        torchrun or find_torchrun(),
         f"--nnodes={len(topology.hosts)}",
         f"--nproc-per-node={topology.slots}",
         "--rdzv-backend=c10d",

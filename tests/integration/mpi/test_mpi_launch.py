@@ -1,0 +1,210 @@
+"""`hpcbridge launch` on three real hosts (netns + sshd): the environment a scheduler gives, nothing faked.
+
+Every host runs the same command; rank 0 waits for the peers' per-job sshd, writes the hostfile and runs
+the MPI launcher over ssh with pinned host keys; the other ranks serve sshd until rank 0 releases them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge.mpi.ssh import create_job_keys
+
+pytestmark = [pytest.mark.integration, pytest.mark.mpi]
+
+ROOT = Path(__file__).resolve().parents[3]
+ALLREDUCE_C = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0; char host[256];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gethostname(host, sizeof host);
+    int v = rank + 1;
+    MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d/%d on %s: sum=%d\n", rank, size, host, sum);
+    if (rank == 0) printf("allreduce result: %d %s\n", sum, sum == size * (size + 1) / 2 ? "OK" : "WRONG");
+    MPI_Finalize();
+    return sum == size * (size + 1) / 2 ? 0 : 1;
+}
+"""
+# scheduler variables of an enclosing CI job would steer the launchers away from ssh
+_SCRUB = ("SLURM_", "OMPI_", "PMI", "PMIX_", "HYDRA_", "I_MPI_")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
+    return {**env, **extra}
+
+
+@pytest.fixture(scope="module")
+def job_keys(mpi_hosts) -> Path:
+    return create_job_keys(mpi_hosts.base_dir / "job-keys", "test-job")
+
+
+@pytest.fixture(scope="module")
+def programs(mpi_hosts) -> dict[str, Path]:
+    source = mpi_hosts.base_dir / "allreduce.c"
+    source.write_text(ALLREDUCE_C)
+    built = {}
+    for impl, compiler in (("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")):
+        target = mpi_hosts.base_dir / f"allreduce.{impl}"
+        subprocess.run([compiler, "-O2", "-o", str(target), str(source)], check=True)
+        built[impl] = target
+    return built
+
+
+def launch_argv(job_keys: Path, hosts, launcher: str, command: list[str], job_id: str, *extra: str) -> list[str]:
+    argv = [sys.executable, "-m", "bridge", "launch", "--launcher", launcher, "--discovery", "explicit",
+            "--procs-per-node", "1", "--job-id", job_id, "--ssh-dir", str(job_keys), "--wait-timeout", "60"]
+    for host in hosts:
+        argv += ["--host", host.name]
+    return [*argv, *extra, "--", *command]
+
+
+def run_everywhere(mpi_hosts, argv_for, env=None, skip=()) -> dict[str, subprocess.Popen]:
+    """Start the launch command on every host, peers first (a real scheduler starts them in any order)."""
+    procs = {}
+    for host in reversed(mpi_hosts.hosts):
+        if host.name in skip:
+            continue
+        procs[host.name] = mpi_hosts.run_in_host(host, argv_for(host), cwd=str(ROOT), env=env or clean_env(),
+                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return procs
+
+
+def finish(procs: dict[str, subprocess.Popen], timeout: float = 180) -> dict[str, tuple[int, str]]:
+    results = {}
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=timeout)
+        results[name] = (proc.returncode, out)
+    return results
+
+
+def test_openmpi_mpi4py_allreduce_across_three_hosts(mpi_hosts, job_keys) -> None:
+    command = [sys.executable, str(ROOT / "examples" / "mpi_allreduce.py")]
+    results = finish(run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi", command,
+                                                                      "ompi-py")))
+    code, out = results["node-0"]
+    assert code == 0, out
+    assert "allreduce result: 6 OK" in out
+    assert {f"on node-{i}" for i in range(3)} <= {part for line in out.splitlines() for part in
+                                                   [line.split(":")[0].split(" ", 2)[-1]]}
+    assert all(code == 0 for code, _ in results.values()), results
+
+
+def test_openmpi_c_allreduce_across_three_hosts(mpi_hosts, job_keys, programs) -> None:
+    results = finish(run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi",
+                                                                      [str(programs["openmpi"])], "ompi-c")))
+    code, out = results["node-0"]
+    assert code == 0, out
+    assert "allreduce result: 6 OK" in out
+    assert sorted(line.split(" on ")[1].split(":")[0] for line in out.splitlines() if " on node-" in line) == \
+        ["node-0", "node-1", "node-2"]
+
+
+def test_mpich_hydra_allreduce_across_three_hosts(mpi_hosts, job_keys, programs) -> None:
+    results = finish(run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "mpich",
+                                                                      [str(programs["mpich"])], "mpich-c")))
+    code, out = results["node-0"]
+    assert code == 0, out
+    assert "allreduce result: 6 OK" in out
+    assert all(code == 0 for code, _ in results.values()), results
+
+
+def test_env_is_forwarded_to_remote_ranks(mpi_hosts, job_keys) -> None:
+    script = "import os; from mpi4py import MPI; print('rank', MPI.COMM_WORLD.rank, 'sees', repr(os.environ['SECRET_SAUCE']))"
+    value = "a 'quoted' $(value)\twith tab"
+    results = finish(run_everywhere(
+        mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi", [sys.executable, "-c", script],
+                                         "ompi-env", "--forward-env", "SECRET_SAUCE"),
+        env=clean_env(SECRET_SAUCE=value)))
+    code, out = results["node-0"]
+    assert code == 0, out
+    assert out.count(f"sees {value!r}") == 3
+
+
+def test_peer_without_sshd_fails_within_the_deadline_naming_it(mpi_hosts, job_keys) -> None:
+    argv = lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi", ["true"], "no-peer",  # noqa: E731
+                                 "--wait-timeout", "5")
+    procs = run_everywhere(mpi_hosts, argv, skip=("node-2",))
+    code, out = finish({"node-0": procs.pop("node-0")}, timeout=60)["node-0"]
+    assert code == 1
+    assert "peers never answered ssh on port 2222 within 5s: node-2" in out
+    assert "node-1" not in out.split("within")[1]
+    # rank 0 released the peer that did come up
+    assert finish(procs, timeout=60)["node-1"][0] == 0
+
+
+def test_killed_rank_fails_the_job_and_leaves_nothing_running(mpi_hosts, job_keys) -> None:
+    marker = mpi_hosts.base_dir / "rank-pids"
+    marker.unlink(missing_ok=True)
+    script = (f"import os, time\nfrom mpi4py import MPI\nopen({str(marker)!r}, 'a').write(f'{{MPI.COMM_WORLD.rank}} "
+              "{os.getpid()}\\n')\nMPI.COMM_WORLD.Barrier()\ntime.sleep(300)\n")
+    procs = run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi",
+                                                            [sys.executable, "-c", script], "kill-rank"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not marker.exists() or len(marker.read_text().splitlines()) < 3):
+        time.sleep(0.2)
+    ranks = dict(line.split() for line in marker.read_text().splitlines())
+    assert len(ranks) == 3
+    victim = mpi_hosts.host("node-2")
+    mpi_hosts.exec_in_host(victim, ["kill", "-9", ranks["2"]])
+    results = finish(procs)
+    assert results["node-0"][0] != 0, results["node-0"][1]
+    for pid in ranks.values():  # the netns share the pid namespace: every rank must be gone
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            continue
+        with open(f"/proc/{pid}/stat") as stat:
+            assert stat.read().split()[2] == "Z", f"rank process {pid} still running"
+
+
+def test_sigterm_on_rank_0_stops_every_rank(mpi_hosts, job_keys) -> None:
+    marker = mpi_hosts.base_dir / "term-pids"
+    marker.unlink(missing_ok=True)
+    script = (f"import os, time\nfrom mpi4py import MPI\nopen({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+              "time.sleep(300)\n")
+    procs = run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi",
+                                                            [sys.executable, "-c", script], "term-job"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not marker.exists() or len(marker.read_text().splitlines()) < 3):
+        time.sleep(0.2)
+    procs["node-0"].send_signal(signal.SIGTERM)
+    results = finish(procs)
+    assert results["node-0"][0] != 0
+    assert all(code is not None for code, _ in results.values())
+    for pid in marker.read_text().split():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            continue
+        with open(f"/proc/{pid}/stat") as stat:
+            assert stat.read().split()[2] == "Z", f"rank process {pid} still running"
+
+
+def test_torchrun_ddp_across_two_hosts(mpi_hosts) -> None:
+    hosts = mpi_hosts.hosts[:2]
+    argv = [sys.executable, "-m", "bridge", "launch", "--launcher", "torchrun", "--discovery", "explicit",
+            "--procs-per-node", "1", "--job-id", "ddp-2-hosts", "--host", "node-0", "--host", "node-1",
+            "--", sys.executable, str(ROOT / "examples" / "torch_ddp.py")]
+    procs = {}
+    for host in hosts:
+        procs[host.name] = mpi_hosts.run_in_host(host, argv, cwd=str(ROOT), env=clean_env(), stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT, text=True)
+    results = finish(procs)
+    assert all(code == 0 for code, _ in results.values()), results
+    combined = "".join(out for _, out in results.values())
+    assert "ddp allreduce result: 3.000 OK" in combined
+    assert combined.count("grad=1.500 expected=1.500") == 2

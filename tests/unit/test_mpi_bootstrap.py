@@ -1,0 +1,158 @@
+"""Peer discovery from recorded scheduler environments, hostfiles, launcher argv, SSH files, the launch spec."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.cli import build_parser
+from bridge.errors import BackendRejected, InvalidSpec
+from bridge.mpi import discovery, launchers, ssh
+from bridge.mpi.bootstrap import LaunchSpec, launch_argv
+from bridge.mpi.hostfile import Peer, hydra_hostfile, openmpi_hostfile
+
+SLURM_ENV = {  # recorded inside `sbatch -N3 --ntasks-per-node=2` on the test cluster
+    "SLURM_JOB_ID": "17", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "3",
+    "SLURM_TASKS_PER_NODE": "2(x3)", "SLURM_NTASKS": "6",
+}
+
+
+def test_slurm_discovery() -> None:
+    topology = discovery.discover("slurm", slots=2, nodes=3, env=SLURM_ENV)
+    assert topology.hosts == ("node1", "node2", "node3") and topology.rank == 1 and topology.master == "node1"
+
+
+def test_slurm_node_count_mismatch_is_reported() -> None:
+    with pytest.raises(InvalidSpec, match="the slurm allocation has 3 hosts"):
+        discovery.discover("slurm", slots=1, nodes=4, env=SLURM_ENV)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("2(x3),1", [2, 2, 2, 1]), ("4", [4]), ("1,2(x2)", [1, 2, 2])])
+def test_tasks_per_node(text: str, expected: list[int]) -> None:
+    assert discovery.parse_tasks_per_node(text) == expected
+
+
+def test_tasks_per_node_malformed() -> None:
+    with pytest.raises(InvalidSpec, match="item 2"):
+        discovery.parse_tasks_per_node("2,x")
+
+
+def test_jobset_discovery_from_pod_hostname() -> None:
+    env = {"JOB_COMPLETION_INDEX": "2", "JOBSET_NAME": "train"}
+    topology = discovery.from_jobset(env, slots=4, nodes=3, hostname="train-node-0-2")
+    assert topology.hosts == ("train-node-0-0.train", "train-node-0-1.train", "train-node-0-2.train")
+    assert topology.rank == 2
+
+
+def test_kubeflow_hostfile_discovery(tmp_path) -> None:
+    path = tmp_path / "hostfile"
+    path.write_text("pi-node-0-0.pi slots=2\npi-node-0-1.pi slots=2\n# comment\npi-launcher-0-0.pi slots=2\n")
+    topology = discovery.from_hostfile(str(path), slots=2, rank=None, own_host="pi-launcher-0-0")
+    assert topology.rank == 2 and len(topology.hosts) == 3
+
+
+def test_explicit_rank_from_hostname_or_error() -> None:
+    assert discovery.explicit(["a", "b.x"], 1, None, own_host="b").rank == 1
+    with pytest.raises(InvalidSpec, match="not among the peers"):
+        discovery.explicit(["a", "b"], 1, None, own_host="c")
+
+
+def test_hostfile_formats_merge_repeated_hosts() -> None:
+    peers = [Peer("localhost", 2), Peer("localhost", 2), Peer("n2", 1)]
+    assert openmpi_hostfile(peers) == "localhost slots=4\nn2 slots=1\n"
+    assert hydra_hostfile(peers) == "localhost:4\nn2:1\n"
+
+
+def test_launcher_argv() -> None:
+    topology = discovery.Topology(("n0", "n1"), 0, 2)
+    settings = launchers.SSHSettings("/k/ssh_config", "/k/ssh")
+    assert launchers.openmpi_argv(topology, "/h", ["app"], ["A"], ssh=settings) == [
+        "mpirun", "--hostfile", "/h", "-np", "4", "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", "ssh",
+        "--mca", "plm_rsh_args", "-F /k/ssh_config", "-x", "A", "app"]
+    assert launchers.hydra_argv(topology, "/h", ["app"], ["A", "B"], ssh=settings, mpiexec="mpiexec.hydra") == [
+        "mpiexec.hydra", "-f", "/h", "-n", "4", "-launcher", "ssh", "-launcher-exec", "/k/ssh", "-genvlist", "A,B",
+        "app"]
+    argv = launchers.torchrun_argv(discovery.Topology(("n0", "n1"), 1, 2), ["python3", "t.py"], 29500, "uid",
+                                   torchrun="torchrun")
+    assert "--rdzv-endpoint=n0:29500" in argv and "--rdzv-conf=is_host=false" in argv
+    assert argv[-3:] == ["--no-python", "python3", "t.py"]
+
+
+def test_command_that_calls_torchrun_gets_pet_env(tmp_path) -> None:
+    spec = LaunchSpec("torchrun", "explicit", 2, ("torchrun", "train.py"), hosts=("n0", "n1"), node_rank=1)
+    topology = discovery.Topology(("n0", "n1"), 1, 2)
+    assert launch_argv(spec, topology, str(tmp_path)) == ["torchrun", "train.py"]
+    from bridge.mpi.bootstrap import child_env
+
+    env = child_env(spec, {}, topology)
+    assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["PET_MASTER_ADDR"]) == ("2", "1", "n0")
+
+
+def test_mpi_ranks_other_than_zero_start_nothing(tmp_path) -> None:
+    spec = LaunchSpec("openmpi", "slurm", 1, ("app",))
+    assert launch_argv(spec, discovery.Topology(("a", "b"), 1, 1), str(tmp_path)) is None
+    argv = launch_argv(spec, discovery.Topology(("a", "b"), 0, 1), str(tmp_path))
+    assert argv[:4] == ["mpirun", "--hostfile", str(tmp_path / "hostfile"), "-np"]
+    assert (tmp_path / "hostfile").read_text() == "a slots=1\nb slots=1\n"
+
+
+def test_launch_spec_round_trips_through_the_cli_parser() -> None:
+    spec = LaunchSpec("mpich", "explicit", 3, ("python3", "-c", "x -- y"), nodes=2, forward_env=("A", "B"),
+                      hosts=("h1", "h2"), node_rank=1, job_id="u", ssh_dir="/keys", ssh_port=2022, wait_timeout=7)
+    args = build_parser().parse_args(["launch", *spec.to_args()])
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    again = LaunchSpec(args.launcher, args.discovery, args.procs_per_node, tuple(command), nodes=args.nodes,
+                       forward_env=tuple(args.forward_env), hosts=tuple(args.host), node_rank=args.node_rank,
+                       job_id=args.job_id, ssh_dir=args.ssh_dir, ssh_port=args.ssh_port,
+                       wait_timeout=args.wait_timeout)
+    assert again == spec
+
+
+def test_bad_launch_spec() -> None:
+    with pytest.raises(InvalidSpec, match="--launcher"):
+        LaunchSpec("slurmrun", "local", 1, ("x",))
+    with pytest.raises(InvalidSpec, match="nothing to launch"):
+        LaunchSpec("plain", "local", 1, ())
+
+
+def test_known_hosts_pins_the_job_host_key_for_each_name() -> None:
+    line = ssh.known_hosts(["n0.sub", "n1.sub"], "ssh-ed25519 AAAAKEY job-host\n", port=2222)
+    assert line == "[n0.sub]:2222,[n0]:2222,[n1.sub]:2222,[n1]:2222 ssh-ed25519 AAAAKEY\n"
+    assert ssh.known_hosts(["n0"], "ssh-ed25519 K", port=22) == "n0 ssh-ed25519 K\n"
+
+
+def test_client_config_never_accepts_unknown_keys(tmp_path) -> None:
+    text = ssh.client_config(tmp_path, tmp_path / "kh")
+    assert "StrictHostKeyChecking yes" in text and "GlobalKnownHostsFile /dev/null" in text
+    assert "StrictHostKeyChecking no" not in text
+
+
+def test_wait_for_peers_with_a_fake_clock() -> None:
+    now = [0.0]
+    up = {"a"}
+    probes = []
+
+    def probe(host, port):
+        probes.append(host)
+        return host in up
+
+    def sleep(seconds):
+        now[0] += seconds
+        if now[0] >= 1.0:
+            up.add("b")
+
+    ssh.wait_for_peers(["a", "b"], 2222, 10, clock=lambda: now[0], sleep=sleep, probe=probe)
+    assert probes.count("a") == 1  # answered once, never probed again
+    now[0] = 0.0
+    with pytest.raises(BackendRejected, match="within 3s: c, d"):
+        ssh.wait_for_peers(["a", "c", "d"], 2222, 3, clock=lambda: now[0], sleep=sleep, probe=probe)
+
+
+def test_job_keys_are_made_once(tmp_path) -> None:
+    keys = ssh.create_job_keys(tmp_path / "k", "job")
+    first = (keys / ssh.CLIENT_KEY).read_text()
+    ssh.create_job_keys(keys, "job")
+    assert (keys / ssh.CLIENT_KEY).read_text() == first
+    assert (keys / ssh.AUTHORIZED_KEYS).read_text() == (keys / f"{ssh.CLIENT_KEY}.pub").read_text()
+    assert oct((keys).stat().st_mode & 0o777) == "0o700"
+    with pytest.raises(InvalidSpec, match="missing"):
+        ssh.load_job_keys(tmp_path)
