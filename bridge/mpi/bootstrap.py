@@ -144,13 +144,22 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return 128 - code if code < 0 else code
 
 
+_T0 = time.monotonic()
+
+
+def trace(message: str) -> None:
+    """Phase timings on stderr when HPCBRIDGE_TRACE is set (why is my launch slow?)."""
+    if os.environ.get("HPCBRIDGE_TRACE"):
+        print(f"[hpcbridge launch +{time.monotonic() - _T0:.3f}s] {message}", file=sys.stderr, flush=True)
+
+
 def done_marker(job_id: str, host: str) -> str:
     """The file rank 0 creates on a peer (over ssh) to tell it the job is over."""
     return f"/tmp/hpcbridge-{job_id or 'job'}.{host}.done"
 
 
 def serve_peer(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles, workdir: str,
-               poll: float = 0.2) -> int:
+               poll: float = 0.05) -> int:
     """A non-zero MPI rank: serve sshd for the launcher until rank 0 says the job is over."""
     marker = done_marker(spec.job_id, topology.hosts[topology.rank])
     with contextlib.suppress(FileNotFoundError):
@@ -185,15 +194,18 @@ def release_peers(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSH
     peers = [host for index, host in enumerate(topology.hosts) if index != topology.rank]
 
     def release(host: str) -> None:
+        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         subprocess.run(["ssh", "-F", str(files.config), host, "touch", done_marker(spec.job_id, host)],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=30, check=False)
+                       timeout=30, check=False, **quiet)
+        # close the shared connection now, so no ssh master outlives the job
+        subprocess.run(["ssh", "-F", str(files.config), "-O", "exit", host], timeout=10, check=False, **quiet)
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
         list(pool.map(release, dict.fromkeys(peers)))
 
 
 def run(spec: LaunchSpec) -> int:
+    trace("started")
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
                                   rank=spec.node_rank, hostfile=spec.hostfile)
     with tempfile.TemporaryDirectory(prefix=f"hpcbridge-{spec.job_id[:8] or 'job'}-") as workdir:
@@ -204,14 +216,18 @@ def run(spec: LaunchSpec) -> int:
                 return serve_peer(spec, topology, files, workdir)
             own = topology.hosts[topology.rank]
             try:
+                trace("waiting for peers")
                 ssh.wait_for_peers([h for h in topology.hosts if h != own], spec.ssh_port, spec.wait_timeout)
+                trace("peers answer; starting the launcher")
                 argv = launch_argv(spec, topology, workdir,
                                    launchers.SSHSettings(str(files.config), str(files.wrapper)))
                 assert argv is not None
                 return run_child(argv, child_env(spec, os.environ, topology))
             finally:
                 # also when a peer never came up: the ones that did must not serve forever
+                trace("releasing peers")
                 release_peers(spec, topology, files)
+                trace("released")
         argv = launch_argv(spec, topology, workdir)
         if argv is None:
             return 0

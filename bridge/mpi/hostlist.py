@@ -9,8 +9,8 @@ confirmed by experiment:
   (``n[1-3],n[2-5]`` is 7 hosts); nothing is ever sorted.
 * In ``[...]`` each item is ``lo``, ``lo-hi`` or ``lo-`` (= ``lo``); every number is printed zero-padded to
   the width of the *lower* bound as written (``[01-10]`` -> 01..10, ``[1-010]`` -> 1..10).
-* Several groups in one name are a cartesian product in Slurm's peculiar order: the last group varies
-  fastest, then the first, second, ... up to the second-to-last, which varies slowest
+* Several groups in one name are a cartesian product in Slurm's peculiar order: fastest varies the last
+  group, then the first, the second, ...; slowest the second-to-last
   (``a[1-2]b[1-2]c[1-2]`` -> a1b1c1 a1b1c2 a2b1c1 a2b1c2 a1b2c1 ...).
 * Rejected by Slurm, and so here: text after the last ``]`` of a name (``gpu-[1-3]-ib``; text *between*
   groups is fine), an empty group or empty item (``[]``, ``[1,,2]``, ``[1,]``), anything but digits and one
@@ -128,6 +128,8 @@ def expand(hostlist: str) -> list[str]:
         if start != pos and _GAP_RE.fullmatch(hostlist, pos, start) is None:
             _gap_error(hostlist, pos, start)
         pos = match.end()
+        if pos < len(hostlist) and hostlist[pos] not in _SEPARATORS:
+            _gap_error(hostlist, pos, pos + 1)  # an unclosed '[' (or a stray ']') right after the name
         token = match.group()
         if "[" not in token:
             _check_plain_number(hostlist, start, token)
@@ -213,8 +215,8 @@ def _expand_bracketed(hostlist: str, start: int, token: str, chunks: list[str]) 
     if len(groups) == 1:
         chunks.append(_render(literals[0], groups[0]))
         return count
-    # Slurm recurses from the second-to-last group leftwards, so that group varies slowest, then the
-    # first, second, ...; the last group varies fastest (checked against scontrol).
+    # Slurm recurses from the second-to-last group leftwards: fastest varies the last group, then the
+    # first, the second, ...; slowest the second-to-last (checked against scontrol).
     numbers = [_numbers(group) for group in groups[:-1]]
     escaped = [literal.replace("{", "{{").replace("}", "}}") for literal in literals]
     template = "".join(f"{literal}{{{len(numbers) - 1 - index}}}" for index, literal in enumerate(escaped[:-1]))
