@@ -171,3 +171,49 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def run(self, *argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=60)
+
+
+class NetnsSlurmCluster(SlurmCluster):
+    """Variant b: slurmctld in the root namespace on the bridge address, one slurmd inside each emulated host,
+    so a job really spans hosts (own hostname and IP; MPI goes over the veth network)."""
+
+    def __init__(self, base: Path, hosts) -> None:
+        super().__init__(base, nodes=len(hosts.hosts), gpus=0)
+        self.hosts = hosts
+
+    @property
+    def node_names(self) -> list[str]:
+        return [host.name for host in self.hosts.hosts]
+
+    def write_config(self) -> None:
+        super().write_config()
+        text = self.conf.read_text()
+        controller = socket.gethostname().split(".")[0]
+        text = text.replace("ClusterName=hpcbtest", "ClusterName=hpcbnetns")
+        text = text.replace("SlurmctldHost=localhost", f"SlurmctldHost={controller}({self.hosts.gateway})")
+        text = text.replace("GresTypes=gpu\n", "")
+        nodes = "".join(f"NodeName={h.name} NodeAddr={h.ip} CPUs={self.cpus} RealMemory={self.memory_mb} "
+                        f"State=UNKNOWN\n" for h in self.hosts.hosts)
+        lines = [line for line in text.splitlines()
+                 if line.strip() and not line.startswith(("NodeName=", "PartitionName="))]
+        self.conf.write_text("\n".join(lines) + "\n" + nodes + "PartitionName=debug Nodes=ALL Default=YES "
+                             "MaxTime=INFINITE State=UP\n")
+        (self.conf.parent / "gres.conf").unlink(missing_ok=True)
+        # srun --mpi=pmix needs a node-local temp dir; every host has its own /var/tmp
+        (self.conf.parent / "mpi.conf").write_text("PMIxCliTmpDirBase=/var/tmp\n")
+
+    def start(self) -> None:
+        ensure_munge()
+        self.write_config()
+        subprocess.run(["slurmctld"], env=self.env, check=True)
+        for host in self.hosts.hosts:
+            (self.base / "spool" / host.name).mkdir(exist_ok=True)
+            self.hosts.exec_in_host(host, ["slurmd"], env=self.env, check=True)
+        self._collect_pids()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            out = self.run("sinfo", "-h", "-t", "idle", "-o", "%D")
+            if out.stdout.strip() == str(self.nodes):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"Slurm netns nodes not idle: {self.log_tail()}")

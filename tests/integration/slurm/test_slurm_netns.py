@@ -1,0 +1,99 @@
+"""Slurm with one slurmd per emulated host: a TrainJob that really spans hosts, and the SSH transport."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.adapters.base import JobState
+from bridge.adapters.slurm import SlurmAdapter
+from bridge.adapters.transport import SSHTransport
+from bridge.api import load_documents
+from bridge.api.catalog import builtin_runtimes
+from bridge.api.cluster import BridgeCluster
+from bridge.errors import BackendUnavailable
+from bridge.plan import find_runtime, resolve
+from tests.harness.slurm import NetnsSlurmCluster
+
+from .conftest import finished, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.mpi]
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def netns_slurm(netns_hosts):
+    cluster = NetnsSlurmCluster(Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-ns-")), netns_hosts)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def bridge_cluster(netns_slurm, **slurm) -> BridgeCluster:
+    return BridgeCluster.model_validate({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "nsslurm"},
+        "spec": {"type": "slurm", "slurm": {"slurmConf": str(netns_slurm.conf), **slurm},
+                 "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+
+
+def mpi_trainjob(name: str, workdir: Path):
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": name, "annotations": {"hpcbridge.io/workdir": str(workdir)}},
+           "spec": {"runtimeRef": {"name": "mpi-distributed"}, "trainer": {
+               "numNodes": 3, "numProcPerNode": 1,
+               "command": [sys.executable, str(ROOT / "examples" / "mpi_allreduce.py")],
+               "env": [{"name": "ALLREDUCE_TAG", "value": "across hosts"}]}}}
+    return load_documents(yaml.safe_dump(doc))[0]
+
+
+def test_three_host_mpi_trainjob_through_hpcbridge_launch(netns_slurm, tmp_path) -> None:
+    adapter = SlurmAdapter(bridge_cluster(netns_slurm))
+    job = mpi_trainjob("mpi-3-hosts", tmp_path)
+    plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
+    ref = adapter.submit(adapter.render(plan))
+    status = wait_for(adapter, ref, finished, timeout=180)
+    text = "".join(adapter.logs(ref))
+    assert status.state == JobState.SUCCEEDED, text
+    assert "allreduce result: 6 OK" in text
+    assert sorted(re.findall(r"rank \d/3 on (node-\d)", text)) == ["node-0", "node-1", "node-2"]
+    assert status.nodes == ("node-[0-2]",)
+
+
+def test_ssh_transport_to_a_login_host(netns_slurm, netns_hosts, tmp_path) -> None:
+    """sbatch/squeue run on node-0 over one paramiko connection, host key checked against known_hosts."""
+    login = netns_hosts.host("node-0")
+    cluster = bridge_cluster(netns_slurm, transport="ssh", host=login.ip, user="root",
+                             keyFile=str(netns_hosts.client_key), knownHostsFile=str(netns_hosts.known_hosts))
+    adapter = SlurmAdapter(cluster)
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+           "metadata": {"name": "plain"}, "spec": {"mlPolicy": {"numNodes": 1}}}
+    runtime = load_documents(yaml.safe_dump(doc))[0]
+    job = load_documents(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "over-ssh", "annotations": {"hpcbridge.io/workdir": str(tmp_path)}},
+        "spec": {"runtimeRef": {"name": "plain"}, "trainer": {"command": ["sh", "-c", "echo on $(hostname)"]}}}))[0]
+    ref = adapter.submit(adapter.render(resolve(job, runtime, cluster)))
+    status = wait_for(adapter, ref, finished)
+    assert status.state == JobState.SUCCEEDED
+    assert "".join(adapter.logs(ref)).startswith("on node-")
+    assert adapter.transport.connects == 1  # submit, polls and logs shared one connection
+    # the same submission again is recognised over ssh too
+    assert adapter.submit(adapter.render(resolve(job, runtime, cluster))) == ref
+
+
+def test_ssh_transport_refuses_an_unknown_host_key(netns_hosts, tmp_path) -> None:
+    login = netns_hosts.host("node-1")
+    other = tmp_path / "known_hosts"
+    other.write_text("".join(line + "\n" for line in netns_hosts.known_hosts.read_text().splitlines()
+                             if "node-1" not in line and login.ip not in line))
+    transport = SSHTransport(login.ip, user="root", key_file=str(netns_hosts.client_key),
+                             known_hosts_file=str(other), retries=0)
+    with pytest.raises(BackendUnavailable, match="not in .*known_hosts"):
+        transport.run(["true"])
