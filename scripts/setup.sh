@@ -14,7 +14,7 @@ all=0
 apt_packages=(openmpi-bin libopenmpi-dev python3-venv)
 if [ "$all" = 1 ]; then
   apt_packages+=(mpich libmpich-dev openssh-server openssh-client iproute2 util-linux procps
-                 slurm-wlm slurmctld slurmd slurm-client munge)
+                 slurm-wlm slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin)
 fi
 
 missing=()

@@ -60,6 +60,8 @@ class SlurmCluster:
         self.conf = self.base / "etc" / "slurm.conf"
         self.pids: list[int] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.rest_url: str | None = None
+        self._rest: subprocess.Popen | None = None
 
     @property
     def node_names(self) -> list[str]:
@@ -110,7 +112,14 @@ MinJobAge={self.min_job_age}
 NodeName=node[1-{self.nodes}] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{ports + 1}-{ports + self.nodes}] \
 CPUs={self.cpus} RealMemory={self.memory_mb} Gres=gpu:{self.gpus} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
 """)
+        (b / "etc" / "jwt_hs256.key").write_bytes(os.urandom(32))
+        (b / "etc" / "jwt_hs256.key").chmod(0o600)
+        # slurmrestd runs as nobody and must read slurm.conf
+        for path in (b, b / "etc"):
+            path.chmod(0o755)
         # /dev/null and /dev/zero stand in for GPU devices: enough for Slurm to count and assign them
         devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random"][: self.gpus]
         (self.conf.parent / "gres.conf").write_text(
@@ -132,6 +141,31 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.1)
         raise RuntimeError(f"Slurm nodes not idle: {self.log_tail()}")
 
+    def start_rest(self) -> str:
+        """slurmrestd with JWT auth on a loopback port, as nobody (it refuses root), OpenAPI v0.0.38 only."""
+        port = _free_port_block(1, start=41000, end=50000)
+        log = open(self.base / "log" / "slurmrestd.log", "wb")
+        self._rest = subprocess.Popen(
+            ["runuser", "-u", "nobody", "--", "env", f"SLURM_CONF={self.conf}", "SLURM_JWT=daemon",
+             "slurmrestd", "-s", "openapi/v0.0.38", "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.rest_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return self.rest_url
+            if self._rest.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"slurmrestd did not start: {(self.base / 'log' / 'slurmrestd.log').read_text()}")
+
+    def token(self, user: str = "root", lifespan: int = 3600) -> str:
+        out = self.run("scontrol", "token", f"username={user}", f"lifespan={lifespan}")
+        if out.returncode != 0:
+            raise RuntimeError(f"scontrol token failed: {out.stderr}")
+        return out.stdout.strip().split("=", 1)[1]
+
     def _collect_pids(self) -> None:
         for _ in range(100):
             files = list((self.base / "run").glob("*.pid"))
@@ -145,6 +179,13 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
 
     def stop(self) -> None:
+        if self._rest is not None:
+            self._rest.terminate()
+            try:
+                self._rest.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._rest.kill()
+            self._rest = None
         if self.pids:
             # jobs first, so no slurmstepd or job process outlives the cluster
             self.run("scancel", "--full", "--user=root")

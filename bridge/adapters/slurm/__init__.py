@@ -12,7 +12,15 @@ from collections.abc import Iterator, Sequence
 
 from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
 from bridge.adapters.slurm.render import COMMENT_PREFIX, render_script
-from bridge.adapters.slurm.state import SACCT_FIELDS, SQUEUE_FORMAT, SlurmRecord, parse_sacct, parse_squeue
+from bridge.adapters.slurm.state import (
+    SACCT_FIELDS,
+    SQUEUE_FORMAT,
+    SlurmRecord,
+    decode_wait_status,
+    map_state,
+    parse_sacct,
+    parse_squeue,
+)
 from bridge.adapters.transport import CommandResult, LocalTransport, SSHTransport, Transport
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
@@ -27,13 +35,20 @@ _TRANSIENT = ("Unable to contact slurm controller", "Socket timed out", "Connect
 def make_transport(cluster) -> Transport:
     conn = cluster.spec.slurm
     env = {"SLURM_CONF": conn.slurm_conf} if conn and conn.slurm_conf else {}
-    if conn is None or conn.transport == "local":
-        return LocalTransport(env)
-    if conn.transport == "ssh":
+    if conn is not None and conn.transport == "ssh":
         return SSHTransport(conn.host, conn.port or 22, conn.user, conn.key_file, conn.known_hosts_file, env=env)
-    from bridge.adapters.slurm.rest import RestTransport
+    return LocalTransport(env)
 
-    return RestTransport(conn)
+
+def _rest_record(job: dict) -> SlurmRecord:
+    state, mapped = map_state(str(job.get("job_state", "")))
+    raw = job.get("exit_code")
+    reason = str(job.get("state_reason") or "")
+    return SlurmRecord(str(job.get("job_id")), state, str(job.get("job_state", "")),
+                       f"{mapped}: {reason}" if mapped and reason not in ("", "None") else
+                       (reason if reason not in ("", "None") else mapped),
+                       decode_wait_status(raw) if isinstance(raw, int) and state.finished else None,
+                       str(job.get("nodes") or ""), str(job.get("name") or ""), str(job.get("comment") or ""))
 
 
 class SlurmAdapter(Adapter):
@@ -42,6 +57,12 @@ class SlurmAdapter(Adapter):
     def __init__(self, cluster, transport: Transport | None = None) -> None:
         super().__init__(cluster)
         self._transport = transport
+        conn = cluster.spec.slurm
+        self.rest = None
+        if conn is not None and conn.transport == "rest":
+            from bridge.adapters.slurm.rest import RestClient
+
+            self.rest = RestClient(conn.rest_url, conn.user, conn.token_file)
 
     @property
     def transport(self) -> Transport:
@@ -50,8 +71,22 @@ class SlurmAdapter(Adapter):
         return self._transport
 
     def render(self, plan: LaunchPlan) -> Artifact:
-        return Artifact("slurm", "sbatch-script", plan,
-                        (ArtifactFile(f"{plan.name}.sbatch", render_script(plan), "text/x-shellscript"),))
+        script = ArtifactFile(f"{plan.name}.sbatch", render_script(plan), "text/x-shellscript")
+        if self.rest is None:
+            return Artifact("slurm", "sbatch-script", plan, (script,))
+        import json
+
+        from bridge.adapters.slurm.rest import submission
+
+        body = submission(plan, self._rest_env())
+        return Artifact("slurm", "slurmrestd-submission", plan,
+                        (ArtifactFile(f"{plan.name}.job.json", json.dumps(body, indent=2) + "\n",
+                                      "application/json"), script))
+
+    def _rest_env(self) -> dict[str, str]:
+        conn = self.cluster.spec.slurm
+        # srun inside a REST job looks for /etc/slurm/slurm.conf unless told otherwise
+        return {"SLURM_CONF": conn.slurm_conf} if conn and conn.slurm_conf else {}
 
     # --- sending -------------------------------------------------------------------------------------
 
@@ -64,21 +99,24 @@ class SlurmAdapter(Adapter):
             raise BackendUnavailable("slurm", f"{what}: {text}")
         raise BackendRejected("slurm", f"{what}: {text}")
 
-    def find(self, uid: str, name: str | None = None) -> JobRef | None:
+    def _all_records(self, name: str | None = None) -> list[SlurmRecord]:
+        if self.rest is not None:
+            records = [_rest_record(job) for job in self.rest.jobs()]
+            return [r for r in records if name is None or r.name == name]
         argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
         if name:
             argv.append(f"--name={name}")
-        result = self._check(self.transport.run(argv), "squeue")
-        for record in parse_squeue(result.stdout):
+        return parse_squeue(self._check(self.transport.run(argv), "squeue").stdout)
+
+    def find(self, uid: str, name: str | None = None) -> JobRef | None:
+        for record in self._all_records(name):
             if record.comment == f"{COMMENT_PREFIX}{uid}" and record.state not in (JobState.CANCELLED,):
                 return JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
         return None
 
     def list_jobs(self) -> list[JobStatus]:
-        result = self._check(self.transport.run(["squeue", "--noheader", "--states=all",
-                                                 f"--Format={SQUEUE_FORMAT}"]), "squeue")
         statuses = []
-        for record in parse_squeue(result.stdout):
+        for record in self._all_records():
             if record.comment.startswith(COMMENT_PREFIX):
                 ref = JobRef(self.cluster.name, "slurm", record.job_id, record.comment[len(COMMENT_PREFIX):],
                              record.name)
@@ -86,6 +124,8 @@ class SlurmAdapter(Adapter):
         return statuses
 
     def check(self) -> str:
+        if self.rest is not None:
+            return self.rest.ping()
         result = self._check(self.transport.run(["scontrol", "ping"], timeout=30), "scontrol ping")
         version = self.transport.run(["sinfo", "--version"], timeout=30).stdout.strip()
         return f"{' '.join(result.stdout.split())}; {version}"
@@ -95,6 +135,10 @@ class SlurmAdapter(Adapter):
         existing = self.find(plan.uid, plan.name)
         if existing is not None:
             return existing  # idempotent: a job with this TrainJob's uid is already there
+        if self.rest is not None:
+            import json
+
+            return JobRef(self.cluster.name, "slurm", self.rest.submit(json.loads(artifact.main)), plan.uid, plan.name)
         result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main), "sbatch")
         match = _PARSABLE_ID.match(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
         if not match:
@@ -123,6 +167,9 @@ class SlurmAdapter(Adapter):
         return statuses
 
     def _squeue(self, job_ids: list[str]) -> list[SlurmRecord]:
+        if self.rest is not None:
+            wanted = set(job_ids)
+            return [r for r in self._all_records() if r.job_id in wanted]
         result = self.transport.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}",
                                      f"--Format={SQUEUE_FORMAT}"])
         if not result.ok and "Invalid job id specified" in result.stderr:
@@ -130,6 +177,8 @@ class SlurmAdapter(Adapter):
         return parse_squeue(self._check(result, "squeue").stdout)
 
     def _sacct(self, job_ids: list[str]) -> list[SlurmRecord]:
+        if self.rest is not None:
+            return []  # history needs slurmdbd's API (not loaded): such jobs read as NoRecord
         fields = ",".join(SACCT_FIELDS)
         base = ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(job_ids)}",
                 f"--format={fields}"]
@@ -149,6 +198,9 @@ class SlurmAdapter(Adapter):
                          message=record.slurm_state, nodes=nodes)
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
+        if self.rest is not None:
+            self.rest.cancel(ref.job_id, signal)
+            return
         if signal or grace_seconds:
             self._check(self.transport.run(["scancel", "--batch", "--full", f"--signal={signal or 'TERM'}",
                                             ref.job_id]), "scancel")
@@ -162,6 +214,10 @@ class SlurmAdapter(Adapter):
         self._check(self.transport.run(["scancel", ref.job_id]), "scancel")
 
     def output_path(self, ref: JobRef) -> str | None:
+        if self.rest is not None:
+            job = next((j for j in self.rest.jobs() if str(j.get("job_id")) == ref.job_id), None)
+            path = str(job.get("standard_output") or "") if job else ""
+            return path.replace("%j", ref.job_id).replace("%x", str(job.get("name"))) if path else None
         result = self.transport.run(["scontrol", "--oneliner", "show", "job", ref.job_id])
         if not result.ok:
             return None
@@ -173,6 +229,9 @@ class SlurmAdapter(Adapter):
         path = self.output_path(ref)
         if path is None:
             raise BackendRejected("slurm", f"job {ref.job_id} has no output file Slurm still knows of")
+        if self.rest is not None and not __import__("os").path.exists(path):
+            raise BackendRejected("slurm", f"{path} is not readable here; slurmrestd serves no files "
+                                           "(use a shared filesystem, or the ssh transport for logs)")
         offset = 0
         while True:
             result = self.transport.run(["tail", "-c", f"+{offset + 1}", path])
