@@ -9,7 +9,8 @@ Reading follows Slurm 22.05's sbatch exactly where it matters for what a script 
 * each directive line is cut into arguments by ``get_argument`` (``opt.c``): blanks separate; ``"`` or ``'``
   group (a quote closes only its own kind); a backslash makes the next character literal, but an escaped blank
   still ends the argument; an unquoted ``#`` ends the line; an argument may not start with ``:``; an
-  unmatched quote is an error; an argument that comes out empty (``""``) ends the line;
+  unmatched quote is an error; an argument that comes out empty (``""``) or a bare ``hetjob``/``packjob`` word
+  ends the line (a directive line starting with one separates heterogeneous components: refused here);
 * all arguments of all directive lines form one argv parsed by ``getopt_long`` with sbatch's option table
   (``slurm_opt.c``, ``+`` mode): long options by unique prefix, ``--opt=value`` or ``--opt value``, short
   options bundled (``-HkO``) or with attached values (``-N2``); an option's value may be the next argument even
@@ -28,17 +29,18 @@ import math
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cache
 from typing import Any
 
 from pydantic import ValidationError
 
-from bridge.api.cluster import builtin_local_cluster
+from bridge.api.cluster import BridgeCluster, builtin_local_cluster
 from bridge.api.loader import invalid_from_validation
 from bridge.api.quantity import parse_quantity
 from bridge.api.runtime import ClusterTrainingRuntime
-from bridge.api.trainjob import API_VERSION, MANAGED_BY_BRIDGE, TrainJob
+from bridge.api.trainjob import API_VERSION, MANAGED_BY_BRIDGE, RFC1035_LABEL, TrainJob
 from bridge.errors import InvalidSpec
 from bridge.plan import ANNOTATION_PREFIX, SBATCH_PASSTHROUGH_PREFIX, _backend_options
 
@@ -183,6 +185,9 @@ def tokenize_directive(text: str, *, where: str = "#SBATCH", source: str | None 
         while pos < end and _isspace(text[pos]):
             pos += 1
         if pos >= end:
+            return args
+        if _hetjob_separator(text[pos:]):
+            # get_argument blanks a leading "hetjob"/"packjob" word and then finds nothing: the line ends
             return args
         if text[pos] == ":":
             raise InvalidSpec(where, text, "unexpected ':' at the start of an argument (sbatch refuses it)",
@@ -336,20 +341,20 @@ def _getopt(args: Sequence[tuple[str, str]], source: str | None) -> list[Directi
             while pos < len(arg):
                 letter = arg[pos]
                 pos += 1
-                opt = _SHORT.get(letter)
-                if opt is None:
+                short = _SHORT.get(letter)
+                if short is None:
                     raise InvalidSpec(f"{loc}: -{letter}", arg, "unknown sbatch option", source=source)
                 where = f"{loc}: -{letter}"
-                if opt.has_arg == 0:
-                    found.append(Directive(_canonical(opt.name), None, where))
+                if short.has_arg == 0:
+                    found.append(Directive(_canonical(short.name), None, where))
                     continue
                 rest = arg[pos:]
-                if opt.has_arg == 2:
-                    found.append(Directive(_canonical(opt.name), rest or None, where))
+                if short.has_arg == 2:
+                    found.append(Directive(_canonical(short.name), rest or None, where))
                 elif rest:
-                    found.append(Directive(_canonical(opt.name), rest, where))
+                    found.append(Directive(_canonical(short.name), rest, where))
                 elif index < len(args):
-                    found.append(Directive(_canonical(opt.name), args[index][0], where))
+                    found.append(Directive(_canonical(short.name), args[index][0], where))
                     index += 1
                 else:
                     raise InvalidSpec(where, arg, "this option needs a value", source=source)
@@ -386,7 +391,7 @@ def parse_flags(argv: Sequence[str], source: str | None = None) -> SbatchRequest
 
 # --- values ------------------------------------------------------------------------------------------------
 
-_TIMESPEC = re.compile(r"^[0-9:-]+$")
+_TIMESPEC = re.compile(r"^[0-9:-]+\Z")
 
 
 def time_seconds(value: str) -> int | None:
@@ -414,7 +419,13 @@ def time_seconds(value: str) -> int | None:
             seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
         else:
             seconds = parts[0] * 60 + (parts[1] if len(parts) > 1 else 0)
+    if seconds > _MAX_SECONDS:
+        # Slurm computes in a C int and would silently overflow
+        raise _Bad("time limit too long")
     return seconds or None
+
+
+_MAX_SECONDS = 2**31 - 1
 
 
 def _valid_timespec(value: str) -> bool:
@@ -437,13 +448,10 @@ def _valid_timespec(value: str) -> bool:
     if not digits or dashes > 1 or colons > 2:
         return False
     need = {1: 3, 2: 4} if dashes else {1: 2, 2: 3}
-    if colons and digits < need[colons]:
-        return False
-    # sscanf reads every field; a field Slurm's checker allows but sscanf cannot read ("1--") is refused too
-    return all(part != "" for part in re.split(r"[-:]", value)[: digits + 1]) or value.endswith("-")
+    return not (colons and digits < need[colons])
 
 
-_SIZE = re.compile(r"^([0-9]+)([KkMmGgTt][Bb]?)?$")
+_SIZE = re.compile(r"^([0-9]+)([KkMmGgTt][Bb]?)?\Z")
 
 
 def size_mb(value: str) -> int:
@@ -458,11 +466,14 @@ def size_mb(value: str) -> int:
     return number * {"M": 1, "G": 1024, "T": 1024 * 1024}[unit]
 
 
-_NODE_COUNT = re.compile(r"^([0-9]+)([kK])?([mM])?$")
+_NODE_COUNT = re.compile(r"^([0-9]+)([kK])?([mM])?\Z")
 
 
-def node_range(value: str) -> tuple[int, int | None]:
-    """``verify_node_count``: ``N`` or ``min-max`` (k/m multiply by 1024); max None when open (``2-``)."""
+def node_range(value: str) -> tuple[int, int]:
+    """``verify_node_count``: ``N`` or ``min-max`` (k/m multiply by 1024); an empty minimum means 1.
+
+    An empty maximum (``2-``) reads as -1 in Slurm, which then refuses it as less than the minimum.
+    """
 
     def count(text: str) -> int:
         match = _NODE_COUNT.match(text)
@@ -472,18 +483,21 @@ def node_range(value: str) -> tuple[int, int | None]:
         return number * (1024 if match.group(2) else 1) * (1024 * 1024 if match.group(3) else 1)
 
     low_text, dash, high_text = value.partition("-")
-    low = count(low_text) if low_text or not dash else 1
-    high: int | None = low
-    if dash:
-        high = count(high_text) if high_text else None
-    if low < 1:
-        raise _Bad("a job needs at least one node")
-    if high is not None and high < low:
+    if not dash:
+        low = count(low_text)
+        if low < 1:
+            raise _Bad("a job needs at least one node")
+        return low, low
+    low = max(count(low_text), 1) if low_text else 1
+    if not high_text:
+        raise _Bad("a node range needs its maximum: min-max")
+    high = count(high_text)
+    if high < low:
         raise _Bad(f"maximum node count {high} is less than minimum {low}")
     return low, high
 
 
-_GPU_ITEM = re.compile(r"^(?:([A-Za-z0-9_.-]+):)?([0-9]+)$")
+_GPU_ITEM = re.compile(r"^(?:([A-Za-z0-9_.-]+):)?([0-9]+)\Z")
 
 
 def gpu_counts(value: str) -> list[tuple[str | None, int]]:
@@ -497,11 +511,22 @@ def gpu_counts(value: str) -> list[tuple[str | None, int]]:
     return items
 
 
-_GRES_ITEM = re.compile(r"^(?:gres[:/])?([A-Za-z0-9_.-]+)(?::([A-Za-z0-9_.-]+?))??(?::([0-9]+[kKmMgG]?))?$")
+_GRES_COUNT = re.compile(r"^[0-9]+[kKmMgG]?\Z")
+_GRES_WORD = re.compile(r"^[A-Za-z0-9_.-]+\Z")
 
 
-def gres_items(value: str) -> list[tuple[str, str | None, str]]:
-    """``name[[:type]:count]`` items of --gres (count defaults to 1)."""
+@dataclass(frozen=True)
+class GresItem:
+    """One ``name[[:type]:count]`` item of --gres, with its text as given."""
+
+    text: str
+    name: str
+    kind: str | None
+    count: str
+
+
+def gres_items(value: str) -> list[GresItem]:
+    """The items of a --gres value (``none`` is none; count defaults to 1; ``gres:``/``gres/`` prefixes allowed)."""
     if value.lower() == "none":
         return []
     items = []
@@ -510,54 +535,53 @@ def gres_items(value: str) -> list[tuple[str, str | None, str]]:
         if pieces[0] == "gres":
             pieces = pieces[1:]
         if pieces and pieces[0].startswith("gres/"):
-            pieces[0] = pieces[0][5:]
-        if not pieces or not pieces[0] or len(pieces) > 3 or not all(pieces) or not re.match(
-                r"^[A-Za-z0-9_.-]+$", "".join(pieces)):
+            pieces[0] = pieces[0][len("gres/"):]
+        if not pieces or len(pieces) > 3 or not all(_GRES_WORD.match(p) for p in pieces):
             raise _Bad("not a GRES list: name[[:type]:count][,…], e.g. gpu:2 or gpu:a100:4")
         name, kind, count = pieces[0], None, "1"
         if len(pieces) == 3:
             kind, count = pieces[1], pieces[2]
         elif len(pieces) == 2:
-            if re.match(r"^[0-9]+[kKmMgG]?$", pieces[1]):
+            if _GRES_COUNT.match(pieces[1]):
                 count = pieces[1]
             else:
                 kind = pieces[1]
-        if not re.match(r"^[0-9]+[kKmMgG]?$", count):
+        if not _GRES_COUNT.match(count):
             raise _Bad("not a GRES list: name[[:type]:count][,…], e.g. gpu:2 or gpu:a100:4")
-        items.append((name, kind, count))
+        items.append(GresItem(part, name, kind, count))
     return items
 
 
 def _positive_int(value: str) -> int:
-    if not re.match(r"^[0-9]+$", value) or int(value) < 1:
+    if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
         raise _Bad("must be a positive whole number")
     return int(value)
 
 
 def _non_negative_int(value: str) -> int:
-    if not re.match(r"^[0-9]+$", value):
+    if not re.fullmatch(r"[0-9]+", value):
         raise _Bad("must be a whole number")
     return int(value)
 
 
-_ARRAY = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?$")
+_ARRAY = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?\Z")
 _DEP_TYPES = "after|afterany|afterburstbuffer|aftercorr|afternotok|afterok|expand"
 _DEP_ITEM = rf"(?:singleton|(?:{_DEP_TYPES})(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+)"
-_DEPENDENCY = re.compile(rf"^{_DEP_ITEM}(?:[,?]{_DEP_ITEM})*$")
+_DEPENDENCY = re.compile(rf"^{_DEP_ITEM}(?:[,?]{_DEP_ITEM})*\Z")
 _MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
                "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
-_SIGNAL = re.compile(r"^(?:[RrBb]{1,2}:?)?(?:[0-9]+|(?:SIG)?[A-Za-z][A-Za-z0-9]*)(?:@[0-9]+)?$")
-_EXPORT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIGNAL = re.compile(r"^(?:[RrBb]{1,2}:?)?(?:[0-9]+|(?:SIG)?[A-Za-z][A-Za-z0-9]*)(?:@[0-9]+)?\Z")
+_EXPORT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _DISTRIBUTION = re.compile(r"^(?:\*|block|cyclic|arbitrary|plane(?:=[0-9]+)?)(?::(?:\*|block|cyclic|fcyclic)){0,2}"
-                           r"(?:,(?:pack|nopack))?$", re.IGNORECASE)
-_LICENSES = re.compile(r"^[A-Za-z0-9_.@-]+(?::[0-9]+)?(?:[,|][A-Za-z0-9_.@-]+(?::[0-9]+)?)*$")
+                           r"(?:,(?:pack|nopack))?\Z", re.IGNORECASE)
+_LICENSES = re.compile(r"^[A-Za-z0-9_.@-]+(?::[0-9]+)?(?:[,|][A-Za-z0-9_.@-]+(?::[0-9]+)?)*\Z")
 _BEGIN_WORDS = {"now", "today", "tomorrow", "midnight", "noon", "elevenses", "fika", "teatime"}
 _BEGIN = re.compile(
     r"^(?:now(?:\+[0-9]+(?:seconds|second|sec|s|minutes|minute|min|m|hours|hour|h|days|day|d|weeks|week|w)?)?"
     r"|(?:midnight|noon|elevenses|fika|teatime|today|tomorrow)"
     r"|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{1,2}:[0-9]{2}(?::[0-9]{2})?)?"
     r"|[0-9]{1,2}:[0-9]{2}(?::[0-9]{2})?(?:AM|PM|am|pm)?"
-    r"|[0-9]{2}/[0-9]{2}(?:/[0-9]{2})?|[0-9]{4}(?:[0-9]{2})?)$", re.IGNORECASE)
+    r"|[0-9]{2}/[0-9]{2}(?:/[0-9]{2})?|[0-9]{4}(?:[0-9]{2})?)\Z", re.IGNORECASE)
 
 
 def _check_export(value: str) -> None:
@@ -584,12 +608,12 @@ def _pattern(regex: re.Pattern[str], what: str):
 
 
 def _check_nice(value: str) -> None:
-    if not re.match(r"^[+-]?[0-9]+$", value) or abs(int(value)) > 2**31 - 3:
+    if not re.fullmatch(r"[+-]?[0-9]+", value) or abs(int(value)) > 2**31 - 3:
         raise _Bad("must be a whole number between -2147483645 and 2147483645")
 
 
 def _check_priority(value: str) -> None:
-    if value.upper() != "TOP" and (not re.match(r"^[0-9]+$", value) or int(value) >= 2**32 - 2):
+    if value.upper() != "TOP" and (not re.fullmatch(r"[0-9]+", value) or int(value) >= 2**32 - 2):
         raise _Bad("must be TOP or a whole number >= 0")
 
 
@@ -641,6 +665,9 @@ _CHECKS: dict[str, Any] = {
 }
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _validate(directive: Directive, source: str | None) -> None:
     option, value = directive.option, directive.value
     if option in _REFUSED:
@@ -649,6 +676,10 @@ def _validate(directive: Directive, source: str | None) -> None:
         return
     if value == "" or not value.strip():
         raise InvalidSpec(directive.where, value, "empty value", source=source)
+    if _CONTROL.search(value):
+        # hpc-bridge writes every value back into a one-line #SBATCH directive
+        raise InvalidSpec(directive.where, value, "control characters (newline, tab, …) are not allowed in a value",
+                          source=source)
     check = _CHECKS.get(option)
     if check is None:
         return
@@ -663,6 +694,8 @@ def _validate(directive: Directive, source: str | None) -> None:
 
 def dns_label(name: str) -> str:
     """A TrainJob name from a Slurm job name: RFC 1035 label (lowercase, letters/digits/'-'), at most 63."""
+    if len(name) <= 63 and RFC1035_LABEL.fullmatch(name):
+        return name
     label = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     if not label:
         return "sbatch-job"
@@ -685,7 +718,11 @@ _SHELLS = {"sh", "bash", "dash", "ksh", "mksh", "zsh"}
 #: any other interpreter reads the body from a pipe the way the kernel would run the script file: ``#!`` line
 #: split into interpreter and one optional argument, then the script path (bash here-string on fd 3)
 _EXEC_WRAPPER = 'body=$1; shift; exec "$@" /dev/fd/3 3<<<"$body"'
-_EXEC_FORM = re.compile(r"\A#!/bin/bash\n((?:export [A-Za-z_][A-Za-z0-9_]*=[^\n]*\n)*)exec (.+)\n\Z", re.DOTALL)
+#: what shlex.quote produces: safe characters, or '…' pieces joined by "'" (values may span lines)
+_QUOTED = r"""(?:[\w@%+=:,./-]+|'[^']*'(?:"'"'[^']*')*)"""
+_EXPORT = re.compile(rf"export ([A-Za-z_][A-Za-z0-9_]*)=({_QUOTED})\n", re.ASCII)
+_EXEC_FORM = re.compile(rf"\A#!/bin/bash\n((?:export [A-Za-z_][A-Za-z0-9_]*={_QUOTED}\n)*)exec (.+)\n\Z",
+                        re.DOTALL | re.ASCII)
 
 
 def _shebang(body: str) -> tuple[str, str | None]:
@@ -736,7 +773,9 @@ def command_body(command: Sequence[str]) -> str | None:
 def exec_body(argv: Sequence[str], env: Sequence[tuple[str, str]] = ()) -> str:
     """A bash script that runs *argv* with no shell interpretation (``exec`` + ``shlex.join``)."""
     exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env)
-    return f"#!/bin/bash\n{exports}exec {shlex.join(argv)}\n"
+    # "--" only where needed: bash's exec would read a leading "-l", "-a NAME" or "-c" as its own options
+    ends = "-- " if argv[0].startswith("-") else ""
+    return f"#!/bin/bash\n{exports}exec {ends}{shlex.join(argv)}\n"
 
 
 def parse_exec_body(body: str) -> tuple[list[str], list[tuple[str, str]]] | None:
@@ -745,14 +784,16 @@ def parse_exec_body(body: str) -> tuple[list[str], list[tuple[str, str]]] | None
     if not match:
         return None
     try:
-        argv = shlex.split(match.group(2))
+        words = shlex.split(match.group(2))
     except ValueError:
         return None
-    if not argv or shlex.join(argv) != match.group(2):
+    argv = words[1:] if words[:1] == ["--"] else words
+    # only the exact text exec_body writes: anything else (exec -a NAME …, $VARS, globs) stays a script
+    if not argv or exec_body(argv) != f"#!/bin/bash\nexec {match.group(2)}\n":
         return None
     env: list[tuple[str, str]] = []
-    for line in match.group(1).splitlines():
-        name, _, quoted = line[len("export "):].partition("=")
+    for export in _EXPORT.finditer(match.group(1)):
+        name, quoted = export.groups()
         try:
             words = shlex.split(quoted)
         except ValueError:
@@ -766,30 +807,17 @@ def parse_exec_body(body: str) -> tuple[list[str], list[tuple[str, str]]] | None
 # --- request → TrainJob ------------------------------------------------------------------------------------
 
 
+@cache
+def _check_cluster() -> BridgeCluster:
+    return builtin_local_cluster()
+
+
 def _plan_problem(key: str, value: str) -> str | None:
     """What the planner would say about this annotation (None: accepted); keeps the two from drifting."""
     try:
-        _backend_options({key: value}, builtin_local_cluster(), "default")
+        _backend_options({key: value}, _check_cluster(), "default")
     except InvalidSpec as exc:
         return exc.problem
-    return None
-
-
-def _value(request: SbatchRequest, option: str, parse):
-    value = request.get(option)
-    if value is None:
-        return None
-    try:
-        return parse(value)
-    except _Bad as exc:
-        raise InvalidSpec(request.where(option), value, str(exc), source=request.source) from None
-
-
-def _tasks_per_node(ntasks_per_node: int | None, ntasks: int | None, nodes: int) -> int | None:
-    if ntasks_per_node is not None:
-        return ntasks_per_node
-    if ntasks is not None:
-        return -(-ntasks // nodes)
     return None
 
 
@@ -797,208 +825,399 @@ def _quantity_mib(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
-def _check_exclusive(request: SbatchRequest, options: Iterable[str], problem: str) -> None:
-    present = [name for name in options if name in request]
-    if len(present) > 1:
-        raise InvalidSpec(request.where(present[-1]), [request.options[n].text() for n in present], problem,
-                          source=request.source)
+class _Conversion:
+    """The state of one request → TrainJob conversion: annotations, report, options already accounted for."""
+
+    def __init__(self, request: SbatchRequest) -> None:
+        self.request = request
+        self.annotations: dict[str, str] = {}
+        self.report: list[str] = list(request.notes)
+        self.handled: set[str] = set()
+
+    def fail(self, option: str, value: object, problem: str) -> InvalidSpec:
+        return InvalidSpec(self.request.where(option), value, problem, source=self.request.source)
+
+    def value(self, option: str, parse):
+        """The option's value through *parse*, or None when absent; marks the option handled."""
+        self.handled.add(option)
+        value = self.request.get(option)
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except _Bad as exc:
+            raise self.fail(option, value, str(exc)) from None
+
+    def annotate(self, option: str, key: str, value: str) -> None:
+        problem = _plan_problem(key, value)
+        if problem:
+            raise self.fail(option, value, f"cannot be carried to Slurm: {problem}")
+        self.annotations[key] = value
+
+    def passthrough(self, option: str, value: str | None, why: str = "no TrainJob field",
+                    target: str | None = None) -> None:
+        """Carry --option verbatim (flags as "true") in ``hpcbridge.io/sbatch.<target or option>``."""
+        target = target or option
+        key = f"{SBATCH_PASSTHROUGH_PREFIX}{target}"
+        self.annotate(option, key, "true" if value is None else value)
+        given = self.request.options.get(option)
+        if target != option and given is not None:
+            shown = given.text()
+        else:
+            shown = f"--{option}" if value is None else f"--{option}={value}"
+        self.report.append(f"{shown}: {why}; passed through verbatim as {key}")
+
+    def exclusive(self, options: Sequence[str], problem: str) -> None:
+        present = [name for name in options if name in self.request]
+        if len(present) > 1:
+            raise self.fail(present[-1], [self.request.options[n].text() for n in present], problem)
 
 
 def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: str | None = None,
                 runtime: str = SBATCH_RUNTIME) -> tuple[TrainJob, list[str]]:
     """A TrainJob that runs *script_body* (default: the request's body) with the request's options.
 
-    Returns the TrainJob and a report: one line per renamed, derived or passed-through option. Raises
+    Returns the TrainJob and a report with one line per renamed, derived or passed-through option. Raises
     InvalidSpec naming the directive for anything sbatch or hpc-bridge would refuse.
     """
     body = script_body if script_body is not None else request.body
     if body is None:
         raise InvalidSpec("script", None, "no script body to run", source=request.source)
-    src = request.source
-    report: list[str] = list(request.notes)
-    _check_exclusive(request, ("mem", "mem-per-cpu", "mem-per-gpu"),
-                     "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive")
-    _check_exclusive(request, ("cpus-per-task", "cpus-per-gpu"), "--cpus-per-gpu is mutually exclusive with "
-                     "--cpus-per-task")
-    _check_exclusive(request, ("gres", "gpus-per-node"), "give GPUs per node once: --gres=gpu:… or --gpus-per-node")
-    annotations: dict[str, str] = {}
-    handled: set[str] = set()
+    conv = _Conversion(request)
+    conv.exclusive(("mem", "mem-per-cpu", "mem-per-gpu"), "--mem, --mem-per-cpu and --mem-per-gpu are mutually "
+                   "exclusive")
+    conv.exclusive(("cpus-per-task", "cpus-per-gpu"), "--cpus-per-gpu is mutually exclusive with --cpus-per-task")
+    conv.exclusive(("verbose", "quiet"), "don't specify both --verbose (-v) and --quiet (-Q)")
 
-    def passthrough(option: str, value: str | None, why: str = "no TrainJob field") -> None:
-        key = f"{SBATCH_PASSTHROUGH_PREFIX}{option}"
-        text = "true" if value is None else value
-        problem = _plan_problem(key, text)
-        if problem:
-            raise InvalidSpec(request.where(option), text, f"cannot be carried to Slurm: {problem}", source=src)
-        annotations[key] = text
-        shown = f"--{option}" if value is None else f"--{option}={value}"
-        report.append(f"{shown}: {why}; passed through verbatim as {key}")
-
-    # -- name
-    job_name = request.get("job-name")
-    handled.add("job-name")
-    if name is None:
-        wanted = job_name if job_name is not None else _default_name(src)
-        name = dns_label(wanted)
-        if name != wanted:
-            report.append(f"job name {wanted!r} is not an RFC 1035 label; the TrainJob is named {name!r}")
-            if job_name is not None:
-                passthrough("job-name", job_name, "Slurm keeps the original job name (%x)")
-
+    name = _name(conv, name)
     trainer: dict[str, Any] = {}
-    # -- nodes
-    nodes_fixed: int | None = None
-    nodes_min = 1
-    handled.add("nodes")
-    if "nodes" in request:
-        low, high = _value(request, "nodes", node_range)
-        trainer["numNodes"] = low
-        nodes_min = low
-        if high == low:
-            nodes_fixed = low
+    spec: dict[str, Any] = {}
+
+    nodes_min, nodes_fixed = 1, None
+    nodes = conv.value("nodes", node_range)
+    if nodes is not None:
+        nodes_min = trainer["numNodes"] = nodes[0]
+        if nodes[1] == nodes[0]:
+            nodes_fixed = nodes[0]
         else:
-            passthrough("nodes", request.get("nodes"), f"a TrainJob has one node count (numNodes {low}, the minimum)")
-    # -- tasks
-    handled.update({"ntasks", "ntasks-per-node"})
-    per_node = _value(request, "ntasks-per-node", _positive_int)
-    ntasks = _value(request, "ntasks", _positive_int)
-    tasks = _tasks_per_node(per_node, ntasks, nodes_min)
-    if per_node is not None:
-        trainer["numProcPerNode"] = per_node
-    elif ntasks is not None:
+            conv.passthrough("nodes", request.get("nodes"), f"a node range; numNodes is its minimum {nodes[0]}")
+
+    per_node = conv.value("ntasks-per-node", _positive_int)
+    ntasks = conv.value("ntasks", _positive_int)
+    tasks = per_node if per_node is not None else (-(-ntasks // nodes_min) if ntasks is not None else None)
+    if tasks is not None:
         trainer["numProcPerNode"] = tasks
     if ntasks is not None:
-        passthrough("ntasks", request.get("ntasks"),
-                    f"a TrainJob has no total task count (numProcPerNode {tasks} per node over {nodes_min} node(s))")
-    # -- resources
+        # kept verbatim: with it Slurm reads --ntasks-per-node as a maximum, so the total stays exact
+        conv.passthrough("ntasks", request.get("ntasks"),
+                         f"a total task count; numProcPerNode {tasks} per node over {nodes_min} node(s)")
+
     requests: dict[str, str] = {}
-    handled.add("cpus-per-task")
-    cpus = _value(request, "cpus-per-task", _positive_int)
+    cpus = conv.value("cpus-per-task", _positive_int)
     if cpus is not None:
         requests["cpu"] = str(cpus * (tasks or 1))
-    handled.add("mem")
-    mem = _value(request, "mem", size_mb)
+    mem = conv.value("mem", size_mb)
     if mem:
         requests["memory"] = _quantity_mib(mem)
     elif mem == 0:
-        passthrough("mem", request.get("mem"), "--mem=0 asks for all of a node's memory, not a quantity")
-    gpus_per_node = _gpus(request, nodes_fixed, passthrough, handled, report)
-    if gpus_per_node:
-        requests[GPU_RESOURCE] = str(gpus_per_node)
+        conv.passthrough("mem", request.get("mem"), "--mem=0 asks for all of a node's memory, not a quantity")
+    gpus = _gpus_per_node(conv, nodes_fixed)
+    if gpus:
+        requests[GPU_RESOURCE] = str(gpus)
     if requests:
         trainer["resourcesPerNode"] = {"requests": requests}
-    # -- time
-    spec: dict[str, Any] = {}
-    handled.add("time")
+
     if "time" in request:
-        seconds = _value(request, "time", time_seconds)
+        seconds = conv.value("time", time_seconds)
         if seconds is None:
-            passthrough("time", request.get("time"), "no time limit is not a deadline")
+            conv.passthrough("time", request.get("time"), "no time limit, which is not a deadline")
         else:
             spec["activeDeadlineSeconds"] = seconds
-    # -- hold
-    handled.add("hold")
+    conv.handled.add("hold")
     if "hold" in request:
         spec["suspend"] = True
-        report.append("--hold: the TrainJob is created suspended (spec.suspend: true)")
-    # -- knobs
+        conv.report.append("--hold: the TrainJob is created suspended (spec.suspend: true)")
+
     for option, knob in _KNOB_OPTIONS.items():
-        handled.add(option)
+        conv.handled.add(option)
         value = request.get(option)
         if value is None:
             continue
         key = f"{ANNOTATION_PREFIX}{knob}"
         problem = _plan_problem(key, value)
         if problem is None:
-            annotations[key] = value
+            conv.annotations[key] = value
         else:
-            passthrough(option, value, f"not accepted as {key} ({problem})")
-    handled.add("exclusive")
+            conv.passthrough(option, value, f"not accepted as {key} ({problem})")
+    conv.handled.add("exclusive")
     if "exclusive" in request:
         value = request.get("exclusive")
         if value is None or value.lower() == "exclusive":
-            annotations[f"{ANNOTATION_PREFIX}exclusive"] = "true"
+            conv.annotations[f"{ANNOTATION_PREFIX}exclusive"] = "true"
         else:
-            passthrough("exclusive", value, "only whole-node --exclusive has an annotation")
-    # -- everything else, verbatim
-    for option, directive in request.options.items():
-        if option not in handled:
-            passthrough(option, directive.value)
+            conv.passthrough("exclusive", value, "only whole-node --exclusive has an annotation")
 
-    command = script_command(body, name)
+    for option, directive in request.options.items():
+        if option not in conv.handled:
+            conv.passthrough(option, directive.value)
+
     exec_form = parse_exec_body(body)
     if exec_form is not None:
-        argv, env = exec_form
-        command = argv
+        # a script that only execs one command (what to_script writes for a plain TrainJob) is that command
+        trainer["command"], env = exec_form
         if env:
             trainer["env"] = [{"name": n, "value": v} for n, v in env]
-    trainer["command"] = command
+    else:
+        trainer["command"] = script_command(body, name)
     spec.update({"runtimeRef": {"name": runtime}, "managedBy": MANAGED_BY_BRIDGE, "trainer": trainer})
     metadata: dict[str, Any] = {"name": name}
-    if annotations:
-        metadata["annotations"] = dict(sorted(annotations.items()))
+    if conv.annotations:
+        metadata["annotations"] = dict(sorted(conv.annotations.items()))
     document = {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}
     try:
-        return TrainJob.model_validate(document), report
+        return TrainJob.model_validate(document), conv.report
     except ValidationError as exc:
-        raise invalid_from_validation(exc, source=src) from None
+        raise invalid_from_validation(exc, source=request.source) from None
 
 
-def _gpus(request: SbatchRequest, nodes_fixed: int | None, passthrough, handled: set[str],
-          report: list[str]) -> int | None:
-    """GPUs per node from --gpus-per-node, --gres=gpu… or --gpus; typed or total forms also go verbatim."""
-    handled.update({"gpus-per-node", "gres", "gpus"})
+def _name(conv: _Conversion, name: str | None) -> str:
+    conv.handled.add("job-name")
+    job_name = conv.request.get("job-name")
+    wanted = job_name if job_name is not None else _default_name(conv.request.source)
+    label = name if name is not None else dns_label(wanted)
+    if name is None and label != wanted:
+        conv.report.append(f"job name {wanted!r} is not an RFC 1035 label; the TrainJob is named {label!r}")
+    if job_name is not None and job_name != label:
+        conv.passthrough("job-name", job_name, "Slurm keeps the original job name (%x in file patterns)")
+    return label
+
+
+def _gpus_per_node(conv: _Conversion, nodes_fixed: int | None) -> int | None:
+    """GPUs per node from --gpus-per-node, --gres=gpu… or --gpus; what a count cannot say goes verbatim."""
+    request = conv.request
     per_node: int | None = None
-    if "gpus-per-node" in request:
-        items = _value(request, "gpus-per-node", gpu_counts)
+    items = conv.value("gpus-per-node", gpu_counts)
+    if items is not None:
         per_node = sum(count for _, count in items)
         if len(items) > 1 or items[0][0] is not None:
-            passthrough("gpus-per-node", request.get("gpus-per-node"), f"GPU types have no TrainJob field "
-                        f"({GPU_RESOURCE}: {per_node})")
-    if "gres" in request:
-        items = _value(request, "gres", gres_items)
-        gpus = [(kind, count) for name, kind, count in items if name == "gpu"]
-        others = [(name, kind, count) for name, kind, count in items if name != "gpu"]
+            conv.passthrough("gpus-per-node", request.get("gpus-per-node"),
+                             f"GPU types have no TrainJob field ({GPU_RESOURCE}: {per_node})")
+    gres = conv.value("gres", gres_items)
+    if gres is not None:
+        gpus = [item for item in gres if item.name == "gpu"]
+        others = [item for item in gres if item.name != "gpu"]
+        if gpus and items is not None:
+            raise conv.fail("gres", [request.options[n].text() for n in ("gpus-per-node", "gres")],
+                            "give GPUs per node once: --gres=gpu:… or --gpus-per-node")
         if gpus:
-            if not all(count.isdigit() for _, count in gpus):
-                raise InvalidSpec(request.where("gres"), request.get("gres"), "GPU counts are whole numbers",
-                                  source=request.source)
-            per_node = sum(int(count) for _, count in gpus)
-            if len(gpus) > 1 or gpus[0][0] is not None:
-                # --gres=gpu:type:N and --gpus-per-node=type:N are the same request in Slurm; the latter is the
-                # option the renderer writes, so sbatch's last-wins rule keeps the type
-                typed = ",".join(f"{kind}:{count}" if kind else count for kind, count in gpus)
-                key = f"{SBATCH_PASSTHROUGH_PREFIX}gpus-per-node"
-                passthrough_value(request, "gres", key, typed, passthrough)
-                report.append(f"--gres GPUs: {GPU_RESOURCE}: {per_node}; the types go to Slurm as {key}={typed} "
-                              f"(the same request as --gres=gpu:…)")
+            if not all(item.count.isdigit() for item in gpus):
+                raise conv.fail("gres", request.get("gres"), "GPU counts are whole numbers")
+            per_node = sum(int(item.count) for item in gpus)
+            if len(gpus) > 1 or gpus[0].kind is not None:
+                # --gres=gpu:type:N is the same request as --gpus-per-node=type:N, the option the renderer
+                # writes itself, so sbatch's last-wins rule keeps the type
+                typed = ",".join(f"{item.kind}:{item.count}" if item.kind else item.count for item in gpus)
+                conv.passthrough("gres", typed, f"GPU types have no TrainJob field ({GPU_RESOURCE}: {per_node}); "
+                                 "Slurm's equivalent --gpus-per-node", target="gpus-per-node")
             else:
-                report.append(f"--gres=gpu:{per_node}: {GPU_RESOURCE}: {per_node} (Slurm's --gpus-per-node)")
-        if others or (not gpus and items == []):
-            rest = ",".join(":".join(p for p in (name, kind, count if count != "1" or kind else None) if p)
-                            for name, kind, count in others) if others else request.get("gres")
-            passthrough("gres", rest, "non-GPU generic resources have no TrainJob field")
-    if "gpus" in request:
-        items = _value(request, "gpus", gpu_counts)
-        total = sum(count for _, count in items)
+                conv.report.append(f"--gres=gpu:{per_node}: {GPU_RESOURCE}: {per_node} (Slurm's --gpus-per-node)")
+        if others or not gres:
+            rest = ",".join(item.text for item in others) if others else request.get("gres")
+            conv.passthrough("gres", rest, "generic resources other than GPUs have no TrainJob field")
+    total_items = conv.value("gpus", gpu_counts)
+    if total_items is not None:
+        total = sum(count for _, count in total_items)
         if per_node is None and nodes_fixed is not None and total % nodes_fixed == 0:
             per_node = total // nodes_fixed
             why = f"a job-wide GPU count; {GPU_RESOURCE}: {per_node} per node over {nodes_fixed} node(s)"
         else:
-            why = "a job-wide GPU count with no fixed per-node share; no per-node GPU request"
-        passthrough("gpus", request.get("gpus"), why)
+            why = "a job-wide GPU count with no fixed per-node share (no per-node GPU request)"
+        conv.passthrough("gpus", request.get("gpus"), why)
     return per_node
 
 
-def passthrough_value(request: SbatchRequest, option: str, key: str, value: str, _passthrough) -> None:
-    """Record a rewritten pass-through value (checked like any other) for *option*'s directive."""
-    problem = _plan_problem(key, value)
-    if problem:
-        raise InvalidSpec(request.where(option), value, f"cannot be carried to Slurm: {problem}",
-                          source=request.source)
-    # the caller's annotations dict is closed over by _passthrough; reach it through a tiny shim
-    _passthrough.__closure__  # noqa: B018 - documents the coupling; the real write is below
-    _ANNOTATION_SINK.append((key, value))
+def sbatch_runtime() -> ClusterTrainingRuntime:
+    """The runtime converted scripts reference: no ML policy, so the body runs as one plain command.
+
+    It has no template: a script brings its own command and environment. The framework label tells the
+    planner it is a batch script (see the module docstring for what it should do with it).
+    """
+    return ClusterTrainingRuntime.model_validate({
+        "apiVersion": API_VERSION,
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": SBATCH_RUNTIME, "labels": {_FRAMEWORK_LABEL: "sbatch"}},
+        "spec": {},
+    })
 
 
-_ANNOTATION_SINK: list[tuple[str, str]] = []
+# --- TrainJob → script -------------------------------------------------------------------------------------
+
+_PLAIN_DIRECTIVE = re.compile(r"^[^\s\"'\\#]+\Z")
+_KNOBS_FOR_SCRIPT = {*_KNOB_OPTIONS.values(), "exclusive"}
+#: where a job runs is not part of the job: a script has no place for these, so they are left out
+_ROUTING_KNOBS = {"cluster", "migrate-to"}
+
+
+def directive_arg(option: str, value: str | None, where: str) -> str:
+    """``--option[=value]`` as one #SBATCH argument that ``get_argument`` reads back to exactly *value*."""
+    if value is None:
+        return f"--{option}"
+    if any(ord(char) < 0x20 or char == "\x7f" for char in value):
+        raise InvalidSpec(where, value, "a #SBATCH value must be one line without control characters")
+    if _PLAIN_DIRECTIVE.match(value):
+        return f"--{option}={value}"
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'--{option}="{escaped}"'
+
+
+def _slurm_time(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _mem_text(mib: int) -> str:
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
+def to_script(trainjob: TrainJob) -> str:
+    """A batch script with #SBATCH directives for *trainjob*; ``parse_script`` + ``to_trainjob`` invert it.
+
+    The body is the original script when the command has the shape ``to_trainjob`` gives scripts, else a
+    bash script that ``exec``s the command (``shlex.join``), after ``export`` lines for ``trainer.env``.
+    Things a batch script cannot say (an image, initializers, runtime patches, ``valueFrom`` env, resources
+    other than cpu, memory and nvidia.com/gpu) are errors. Namespace, labels and annotations outside
+    ``hpcbridge.io/`` are not part of a script and are left out.
+    """
+    spec = trainjob.spec
+    trainer = spec.trainer
+    if trainer is None or not trainer.command:
+        raise InvalidSpec("spec.trainer.command", None, "a batch script needs the command in the TrainJob itself")
+    for path, value in (("spec.trainer.image", trainer.image), ("spec.initializer", spec.initializer),
+                        ("spec.runtimePatches", spec.runtime_patches)):
+        if value:
+            raise InvalidSpec(path, value if isinstance(value, str) else "…", "a batch script cannot express this; "
+                              "use `hpcbridge render --to slurm`, which resolves the runtime")
+    env: list[tuple[str, str]] = []
+    for index, entry in enumerate(trainer.env or []):
+        if entry.value_from is not None or not _EXPORT_NAME.match(entry.name):
+            raise InvalidSpec(f"spec.trainer.env[{index}]", entry.name, "a batch script exports plain NAME=value only")
+        env.append((entry.name, entry.value or ""))
+
+    annotations = trainjob.metadata.annotations or {}
+    extra: dict[str, str] = {}
+    knobs: dict[str, str] = {}
+    for key, value in annotations.items():
+        if key.startswith(SBATCH_PASSTHROUGH_PREFIX):
+            option = key[len(SBATCH_PASSTHROUGH_PREFIX):]
+            if option not in OPTIONS or option in _REFUSED:
+                raise InvalidSpec(f"metadata.annotations[{key}]", value, "not an sbatch option")
+            extra[_canonical(option)] = value
+        elif key.startswith(ANNOTATION_PREFIX):
+            knob = key[len(ANNOTATION_PREFIX):]
+            if knob not in _KNOBS_FOR_SCRIPT and knob not in _ROUTING_KNOBS:
+                raise InvalidSpec(f"metadata.annotations[{key}]", value, "unknown hpc-bridge annotation")
+            knobs[knob] = value
+
+    directives: list[tuple[str, str | None]] = [("job-name", extra.pop("job-name", trainjob.name))]
+    nodes = trainer.num_nodes
+    nodes_min = nodes or 1
+    if "nodes" in extra:
+        where = f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}nodes]"
+        low = _checked(node_range, extra["nodes"], where)[0]
+        if nodes is not None and low != nodes:
+            raise InvalidSpec(where, extra["nodes"], f"its minimum disagrees with spec.trainer.numNodes {nodes}")
+        nodes_min = low
+        directives.append(("nodes", extra.pop("nodes")))
+    elif nodes is not None:
+        directives.append(("nodes", str(nodes)))
+    tasks = trainer.num_proc_per_node
+    if tasks is not None:
+        ntasks = extra.get("ntasks")
+        derived = ntasks is not None and ntasks.isdigit() and -(-int(ntasks) // nodes_min) == tasks
+        if not derived:
+            directives.append(("ntasks-per-node", str(tasks)))
+    requests = _requests(trainer)
+    cpu = requests.pop("cpu", None)
+    if cpu is not None:
+        directives.append(("cpus-per-task", str(max(1, math.ceil(cpu / (tasks or 1))))))
+    memory = requests.pop("memory", None)
+    if memory is not None:
+        directives.append(("mem", _mem_text(max(1, math.ceil(memory / 2**20)))))
+    gpus = requests.pop(GPU_RESOURCE, None)
+    if requests:
+        name = sorted(requests)[0]
+        raise InvalidSpec(f"spec.trainer.resourcesPerNode.requests[{name}]", name,
+                          f"a batch script has cpu, memory and {GPU_RESOURCE} only")
+    if gpus:
+        _gpu_directive(int(gpus), extra, nodes, directives)
+    if spec.active_deadline_seconds is not None:
+        if "time" in extra:
+            raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}time]", extra["time"],
+                              "disagrees with spec.activeDeadlineSeconds")
+        directives.append(("time", _slurm_time(spec.active_deadline_seconds)))
+    for option, knob in _KNOB_OPTIONS.items():
+        if knob in knobs:
+            directives.append((option, knobs[knob]))
+    if knobs.get("exclusive") == "true":
+        directives.append(("exclusive", None))
+    if spec.suspend:
+        directives.append(("hold", None))
+    for option in sorted(extra):
+        flag = extra[option] == "true" and OPTIONS[option].has_arg != 1
+        directives.append((option, None if flag else extra[option]))
+
+    command = [*trainer.command, *(trainer.args or [])]
+    body = command_body(command) if not trainer.args else None
+    if body is None:
+        body = exec_body(command, env)
+    elif env:
+        shebang, _, rest = body.partition("\n")
+        body = f"{shebang}\n" + "".join(f"export {n}={shlex.quote(v)}\n" for n, v in env) + rest
+    lines, _, _ = split_script(body, "spec.trainer.command")
+    if lines:
+        raise InvalidSpec("spec.trainer.command", body.split("\n")[lines[0][0] - 1],
+                          "the script body has #SBATCH lines before its first command; sbatch would read them")
+    shebang, newline, rest = body.partition("\n")
+    text = [shebang, *(f"#SBATCH {directive_arg(option, value, f'--{option}')}" for option, value in directives)]
+    return "\n".join(text) + (newline + rest if newline else "")
+
+
+def _checked(parse, value: str, where: str):
+    try:
+        return parse(value)
+    except _Bad as exc:
+        raise InvalidSpec(where, value, str(exc)) from None
+
+
+def _requests(trainer) -> dict[str, Fraction]:
+    """Per-node requests with limits as the fallback, as the planner and Kubernetes default them."""
+    resources = trainer.resources_per_node
+    merged: dict[str, Any] = {}
+    if resources is not None:
+        merged.update(resources.limits or {})
+        merged.update(resources.requests or {})
+    out: dict[str, Fraction] = {}
+    for name, value in merged.items():
+        try:
+            out[name] = parse_quantity(value)
+        except ValueError as exc:
+            raise InvalidSpec(f"spec.trainer.resourcesPerNode.requests[{name}]", value, str(exc)) from None
+    return out
+
+
+def _gpu_directive(gpus: int, extra: dict[str, str], nodes: int | None,
+                   directives: list[tuple[str, str | None]]) -> None:
+    """--gpus-per-node unless a verbatim GPU option already says the same thing."""
+    if "gpus-per-node" in extra:
+        where = f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}gpus-per-node]"
+        if sum(count for _, count in _checked(gpu_counts, extra["gpus-per-node"], where)) != gpus:
+            raise InvalidSpec(where, extra["gpus-per-node"], f"disagrees with {GPU_RESOURCE}: {gpus}")
+        return
+    if "gpus" in extra and nodes is not None:
+        items = _checked(gpu_counts, extra["gpus"], f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}gpus]")
+        if sum(count for _, count in items) == gpus * nodes:
+            return
+    directives.append(("gpus-per-node", str(gpus)))
