@@ -17,12 +17,54 @@ import sys
 from bridge.errors import BridgeError, InvalidSpec
 
 
-def _read_objects(file: str):
-    from bridge.api.loader import load_documents, load_file
-
+def _read_text(file: str) -> str:
     if file == "-":
-        return load_documents(sys.stdin.read(), "<stdin>")
-    return load_file(file)
+        return sys.stdin.read()
+    try:
+        with open(file, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise InvalidSpec("file", file, "no such file") from None
+    except IsADirectoryError:
+        raise InvalidSpec("file", file, "is a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise InvalidSpec("file", file, "not a UTF-8 text file") from None
+
+
+def _read_objects(file: str, sbatch_flags: list[str] | None = None):
+    """TrainJob YAML, or a batch script (it starts with #!, as sbatch requires) converted to a TrainJob."""
+    from bridge.api.loader import load_documents
+
+    text = _read_text(file)
+    source = "<stdin>" if file == "-" else file
+    if text.startswith("#!"):
+        from bridge.convert.sbatch import merge, parse_flags, parse_script, to_trainjob
+
+        request = parse_script(text, source)
+        if sbatch_flags:
+            request = merge(request, parse_flags(sbatch_flags, source="command line"))
+        trainjob, report = to_trainjob(request)
+        _report(report)
+        return [trainjob]
+    objects = load_documents(text, source)
+    if sbatch_flags:
+        from bridge.api.trainjob import TrainJob
+        from bridge.convert.sbatch import apply_flags, parse_flags
+
+        flags = parse_flags(sbatch_flags, source="command line")
+        converted = []
+        for obj in objects:
+            if isinstance(obj, TrainJob):
+                obj, report = apply_flags(obj, flags)
+                _report(report)
+            converted.append(obj)
+        objects = converted
+    return objects
+
+
+def _report(lines) -> None:
+    for line in lines:
+        print(f"hpcbridge: note: {line}", file=sys.stderr)
 
 
 def _prepare(file: str, cluster_name: str | None, to: str | None, runtimes: list[str] | None, objects=None):
@@ -118,6 +160,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Between formats: a batch script or TrainJob in; a TrainJob, batch script, jobspec or JobSet out."""
+    objects = _read_objects(args.file, args.sbatch_flags)
+    from bridge.api.trainjob import TrainJob
+
+    trainjobs = [obj for obj in objects if isinstance(obj, TrainJob)]
+    if len(trainjobs) != 1:
+        raise InvalidSpec("file", args.file, f"expected exactly one TrainJob or batch script, found {len(trainjobs)}")
+    if args.to == "trainjob":
+        from bridge.api.loader import to_yaml
+
+        sys.stdout.write(to_yaml(trainjobs))
+    elif args.to == "sbatch":
+        from bridge.convert.sbatch import to_script
+
+        sys.stdout.write(to_script(trainjobs[0]))
+    else:
+        backend = {"jobspec": "flux", "jobset": "kubernetes", "slurm": "slurm"}[args.to]
+        adapter, plan = _prepare(args.file, None, backend, args.runtimes, objects)
+        sys.stdout.write(adapter.render(plan).text())
+    return 0
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     adapter, plan = _prepare(args.file, args.cluster, args.to, args.runtimes)
     _print_artifact(adapter.render(plan), args.output)
@@ -125,10 +190,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    adapter, plan = _prepare(args.file, args.cluster, None, args.runtimes)
+    objects = _read_objects(args.file, args.sbatch_flags)
+    adapter, plan = _prepare(args.file, args.cluster, None, args.runtimes, objects)
     artifact = adapter.render(plan)
     if args.dry_run:
-        _print_artifact(artifact, args.output)
+        _print_artifact(artifact, args.format)
         return 0
     ref = adapter.submit(artifact)
     if plan.backend != "local":
@@ -291,12 +357,24 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(func=cmd_render)
 
-    p = sub.add_parser("submit", help="submit a TrainJob (the local cluster runs it in the foreground)")
-    p.add_argument("file", help="TrainJob YAML ('-' for stdin)")
+    # submit and convert take sbatch's own flags (-N, -n, -c, -t, -p, -o, ...) after the file, so their own
+    # options have long names only: -c and -o mean what they mean to sbatch
+    p = sub.add_parser("submit", help="submit a TrainJob or batch script (the local cluster runs it in the "
+                                      "foreground); sbatch flags after the file override")
+    p.add_argument("file", help="TrainJob YAML or batch script ('-' for stdin)")
     p.add_argument("--dry-run", action="store_true", help="print the artifact instead of sending it")
     p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
-    common(p)
-    p.set_defaults(func=cmd_submit)
+    p.add_argument("--cluster", help="target cluster (default: the TrainJob's hpcbridge.io/cluster annotation, "
+                                     "its runtime's, else local)")
+    p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
+    p.add_argument("--format", choices=OUTPUTS, default="text", help="how --dry-run prints the artifact")
+    p.set_defaults(func=cmd_submit, sbatch_flags_allowed=True)
+
+    p = sub.add_parser("convert", help="convert a batch script or TrainJob; sbatch flags after the file override")
+    p.add_argument("file", help="batch script or TrainJob YAML ('-' for stdin)")
+    p.add_argument("--to", required=True, choices=("trainjob", "sbatch", "jobspec", "jobset"))
+    p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
+    p.set_defaults(func=cmd_convert, sbatch_flags_allowed=True)
 
     def job_command(name: str, help_text: str, func, many: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
@@ -348,7 +426,11 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "sbatch_flags_allowed", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.sbatch_flags = extra
         return args.func(args)
     except BridgeError as exc:
         print(f"hpcbridge: error: {exc}", file=sys.stderr)

@@ -31,6 +31,7 @@ ANNOTATION_PREFIX = "hpcbridge.io/"
 CLUSTER_ANNOTATION = "hpcbridge.io/cluster"
 MIGRATE_ANNOTATION = "hpcbridge.io/migrate-to"
 SBATCH_PASSTHROUGH_PREFIX = "hpcbridge.io/sbatch."
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_CONTAINER = "node"
 TORCH_MASTER_PORT = 29500
@@ -62,10 +63,14 @@ class Launcher(StrEnum):
     PLAIN = "plain"
     #: Flux's own PMI starts the ranks (flux policy)
     FLUX = "flux"
+    #: a batch script: runs once on the first node and starts its own steps (srun, mpirun) itself
+    SCRIPT = "script"
 
 
 _MPI_LAUNCHERS = {"OpenMPI": Launcher.OPENMPI, "": Launcher.OPENMPI, "MPICH": Launcher.MPICH, "Intel": Launcher.INTEL}
 MPI_LAUNCHERS = frozenset({Launcher.OPENMPI, Launcher.MPICH, Launcher.INTEL})
+#: launchers started once for the whole job (on the first node), not once per node
+ONCE_PER_JOB = frozenset({*MPI_LAUNCHERS, Launcher.FLUX, Launcher.SCRIPT})
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
 
     policy = runtime.spec.ml_policy
     framework = policy.framework if policy else "plain"
+    if framework == "plain" and (runtime.metadata.labels or {}).get(FRAMEWORK_LABEL) == "sbatch":
+        framework = "script"
     template = _merged_template(trainjob, runtime)
     trainer_job, container = _trainer_container(template, runtime.name)
     spec_trainer = trainjob.spec.trainer
@@ -426,6 +433,8 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
         return resources.cpu_count or 1, Launcher.TORCHRUN
     if framework == "flux":
         return explicit or policy.flux.num_proc_per_node or 1, Launcher.FLUX
+    if framework == "script":
+        return explicit or 1, Launcher.SCRIPT
     return explicit or 1, Launcher.PLAIN
 
 
@@ -445,7 +454,7 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
         knob = key[len(ANNOTATION_PREFIX):]
         if key.startswith(SBATCH_PASSTHROUGH_PREFIX):
             option = key[len(SBATCH_PASSTHROUGH_PREFIX):]
-            if not re.match(r"^[a-z][a-z0-9-]*$", option):
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", option):
                 raise InvalidSpec(where, option, "not an sbatch long option name")
             _check_directive_value(where, value)
             extra.append((option, value))
@@ -453,19 +462,19 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
         if knob not in _KNOBS:
             raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; known: {', '.join(_KNOBS)}")
         if knob in ("partition", "account", "qos"):
-            if not SLURM_NAME.match(value):
+            if not SLURM_NAME.fullmatch(value):
                 raise InvalidSpec(where, value, "must be a Slurm name: letters, digits and _ . + @ -")
         elif knob == "constraint":
-            if not _CONSTRAINT.match(value):
+            if not _CONSTRAINT.fullmatch(value):
                 raise InvalidSpec(where, value, "not a Slurm constraint expression")
         elif knob == "exclusive":
             if value not in ("true", "false"):
                 raise InvalidSpec(where, value, "must be \"true\" or \"false\"")
         elif knob == "array":
-            if not _ARRAY_SPEC.match(value):
+            if not _ARRAY_SPEC.fullmatch(value):
                 raise InvalidSpec(where, value, "not a job array spec like 0-15 or 1,3,5-7%2")
         elif knob == "dependency":
-            if not _DEPENDENCY.match(value):
+            if not _DEPENDENCY.fullmatch(value):
                 raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
         elif knob in ("output", "error", "workdir"):
             _check_directive_value(where, value)
@@ -488,14 +497,14 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
 
 def _check_directive_value(where: str, value: str) -> None:
     # These values land in '#SBATCH' lines: one line, and no quote characters sbatch's parser would eat.
-    if not value or not _SAFE_DIRECTIVE.match(value):
+    if not value or not _SAFE_DIRECTIVE.fullmatch(value):
         raise InvalidSpec(where, value, "must be one line without quotes, backslashes or control characters")
 
 
 def check_shell_env(plan: LaunchPlan) -> None:
     """HPC backends export env through a shell: names must be identifiers, values literal strings."""
     for entry in plan.env:
-        if not _SHELL_ENV_NAME.match(entry.name):
+        if not _SHELL_ENV_NAME.fullmatch(entry.name):
             raise InvalidSpec(f"env {entry.name!r}", entry.name,
                               f"{plan.backend} needs shell variable names (letters, digits, _)")
         if entry.value_from is not None:

@@ -21,7 +21,7 @@ from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobSta
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected
 from bridge.mpi.bootstrap import LaunchSpec
-from bridge.plan import MPI_LAUNCHERS, Launcher, LaunchPlan, check_shell_env
+from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env
 
 #: seconds a node group gets between SIGTERM and SIGKILL when the job is stopped
 GRACE_SECONDS = 10.0
@@ -36,12 +36,11 @@ class LocalProcess:
 
 def layout(plan: LaunchPlan) -> list[LocalProcess]:
     check_shell_env(plan)
-    single_group = plan.launcher in MPI_LAUNCHERS or plan.launcher == Launcher.FLUX
-    groups = 1 if single_group else plan.nodes
+    groups = 1 if plan.launcher in ONCE_PER_JOB else plan.nodes
     processes = []
     for node in range(groups):
         spec = LaunchSpec(
-            launcher=plan.launcher.value,
+            launcher="plain" if plan.launcher == Launcher.SCRIPT else plan.launcher.value,
             discovery="local",
             procs_per_node=plan.procs_per_node,
             nodes=plan.nodes,

@@ -85,7 +85,7 @@ class ClusterDefaults(WireModel):
     @field_validator("partition", "account", "qos")
     @classmethod
     def _slurm_name(cls, value: str | None) -> str | None:
-        if value is not None and not SLURM_NAME.match(value):
+        if value is not None and not SLURM_NAME.fullmatch(value):
             raise ValueError("must be a Slurm name: letters, digits and _ . + @ -")
         return value
 

@@ -31,7 +31,7 @@ _STORAGE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$")
 def check_rfc1035_name(name: str) -> str:
     if len(name) > 63:
         raise ValueError(f"must be at most 63 characters (has {len(name)})")
-    if not RFC1035_LABEL.match(name):
+    if not RFC1035_LABEL.fullmatch(name):
         raise ValueError("must be an RFC 1035 DNS label: lowercase letters, digits and '-', starting with a letter")
     return name
 

@@ -1037,17 +1037,11 @@ def _gpus_per_node(conv: _Conversion, nodes_fixed: int | None) -> int | None:
 
 
 def sbatch_runtime() -> ClusterTrainingRuntime:
-    """The runtime converted scripts reference: no ML policy, so the body runs as one plain command.
+    """The runtime converted scripts reference (built in): no ML policy, framework label ``sbatch``, so the
+    planner runs the body once on the first node, as sbatch does."""
+    from bridge.api.catalog import builtin_runtimes
 
-    It has no template: a script brings its own command and environment. The framework label tells the
-    planner it is a batch script (see the module docstring for what it should do with it).
-    """
-    return ClusterTrainingRuntime.model_validate({
-        "apiVersion": API_VERSION,
-        "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": SBATCH_RUNTIME, "labels": {_FRAMEWORK_LABEL: "sbatch"}},
-        "spec": {},
-    })
+    return next(r for r in builtin_runtimes() if r.name == SBATCH_RUNTIME and isinstance(r, ClusterTrainingRuntime))
 
 
 # --- TrainJob → script -------------------------------------------------------------------------------------
@@ -1221,3 +1215,29 @@ def _gpu_directive(gpus: int, extra: dict[str, str], nodes: int | None,
         if sum(count for _, count in items) == gpus * nodes:
             return
     directives.append(("gpus-per-node", str(gpus)))
+
+
+def apply_flags(trainjob: TrainJob, flags: SbatchRequest) -> tuple[TrainJob, list[str]]:
+    """sbatch command-line flags laid over a TrainJob, as ``hpcbridge submit job.yaml -N 4 -t 1:00:00`` wants:
+    each flag replaces the field it maps to; the command and the runtime stay the TrainJob's own."""
+    fragment, report = to_trainjob(flags, script_body="#!/bin/sh\n", name=trainjob.name)
+    doc = trainjob.to_wire()
+    frag = fragment.to_wire()
+    trainer = doc["spec"].setdefault("trainer", {})
+    frag_trainer = frag["spec"].get("trainer", {})
+    for key in ("numNodes", "numProcPerNode"):
+        if key in frag_trainer:
+            trainer[key] = frag_trainer[key]
+    if "resourcesPerNode" in frag_trainer:
+        resources = trainer.setdefault("resourcesPerNode", {})
+        for kind, values in frag_trainer["resourcesPerNode"].items():
+            resources.setdefault(kind, {}).update(values)
+    for key in ("activeDeadlineSeconds", "suspend"):
+        if key in frag["spec"]:
+            doc["spec"][key] = frag["spec"][key]
+    annotations = doc["metadata"].setdefault("annotations", {})
+    annotations.update({k: v for k, v in (frag["metadata"].get("annotations") or {}).items()
+                        if k.startswith("hpcbridge.io/")})
+    if "job-name" in flags:
+        doc["metadata"]["name"] = frag["metadata"]["name"]
+    return TrainJob.model_validate(doc), report

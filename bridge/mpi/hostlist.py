@@ -378,53 +378,91 @@ def compress(hosts: Iterable[str]) -> str:
     out: list[str] = []
     texts: list[str] = []  # finished ranges of the open bracket group
     group: str | None = None  # prefix of the open group; None when no group is open
-    first = last = ""  # digits of the open range's first and last host ("" last: one host so far)
+    first = ""  # digits of the open range's first host
+    last = ""  # the open range's last host, if it has more than one
     previous = width = 0  # the open range's last number and zero-pad width
-    streak = 0  # hosts appended to the open range one by one since the last look-ahead
+    # The name that would extend the open range (None while it has one host): most hosts are checked with
+    # one comparison instead of being parsed. It is head + _TAILS[tail] when tail >= 0.
+    expected = ""
+    head = ""
+    tail = -1
+    streak = 0  # hosts that extended the open range one by one since the last look-ahead
     index = 0
     count = len(names)
     while index < count:
         name = names[index]
         index += 1
+        if name == expected:
+            previous += 1
+            last = name
+            streak += 1
+            if streak == _LOOKAHEAD_AFTER:
+                # Probably a long range: compare the next hosts in C rather than one by one.
+                streak = 0
+                assert group is not None
+                taken = _run_length(names, index, group, previous + 1, width)
+                if taken:
+                    index += taken
+                    previous += taken
+                    last = names[index - 1]
+                expected, head, tail = _next_name(group, previous + 1, width)
+            elif 0 <= tail < 999:
+                tail += 1
+                expected = head + _TAILS[tail]
+            else:
+                expected, head, tail = _next_name(group, previous + 1, width)
+            continue
         prefix = name.rstrip(digits)
         cut = len(prefix)
         if cut == len(name):
             # No trailing number: Slurm keeps the name as a host of its own, never bracketed.
             if group is not None:
                 out.append(_close_group(group, texts, first, last))
-                group = None
+                group, expected = None, ""
             out.append(name)
             continue
         number_text = name[cut:]
         number = int(number_text)
         if prefix == group:
             # Slurm joins the host to the range if it is the next number and renders the same at the
-            # range's width: n9,n10 -> n[9-10] but n09,n010 -> n[09,010].
+            # range's width: n9,n10 -> n[9-10] but n09,n010 -> n[09,010]. (Past the second host of a
+            # range, such a host equals `expected` and never gets here.)
             if number == previous + 1 and (
                 (size := len(number_text)) == width or (size > width and number_text[0] != "0")
             ):
-                last = number_text
                 previous = number
-                streak += 1
-                if streak == _LOOKAHEAD_AFTER:
-                    # Probably a long range: compare the next hosts in C rather than one by one.
-                    streak = 0
-                    taken = _run_length(names, index, prefix, number + 1, width)
-                    if taken:
-                        index += taken
-                        previous += taken
-                        last = names[index - 1][cut:]
+                last = name
+                streak = 1
+                tail = (number + 1) % 1000
+                if size >= 4 and tail:
+                    head = name[:-3]  # the next name differs in the last three digits only
+                    expected = head + _TAILS[tail]
+                else:
+                    expected, head, tail = _next_name(prefix, number + 1, width)
                 continue
-            texts.append(f"{first}-{last}" if last else first)
+            texts.append(f"{first}-{last[cut:]}" if last else first)
         else:
             if group is not None:
                 out.append(_close_group(group, texts, first, last))
             group = prefix
             texts = []
-        first, last, previous, width, streak = number_text, "", number, len(number_text), 0
+        first, last, previous, width, expected = number_text, "", number, len(number_text), ""
     if group is not None:
         out.append(_close_group(group, texts, first, last))
     return ",".join(out)
+
+
+def _next_name(prefix: str, number: int, width: int) -> tuple[str, str, int]:
+    """The host ``number`` of a range as (name, head, tail) with name == head + _TAILS[tail], or tail -1."""
+    if number < 1000 and width < 4:
+        return f"{prefix}{number:0{width}d}", "", -1  # "7" is not head + 3-digit tail
+    block, tail = divmod(number, 1000)
+    head = f"{prefix}{block:0{max(width - 3, 1)}d}"
+    return head + _TAILS[tail], head, tail
+
+
+def _range_text(prefix: str, first: str, last: str) -> str:
+    return f"{first}-{last[len(prefix):]}" if last else first
 
 
 def _run_length(names: list[str], start: int, prefix: str, number: int, width: int) -> int:
@@ -465,7 +503,7 @@ def _run_length(names: list[str], start: int, prefix: str, number: int, width: i
 def _close_group(prefix: str, texts: list[str], first: str, last: str) -> str:
     if not texts and not last:
         return prefix + first  # a single host: no brackets
-    texts.append(f"{first}-{last}" if last else first)
+    texts.append(_range_text(prefix, first, last))
     return f"{prefix}[{','.join(texts)}]"
 
 

@@ -109,3 +109,43 @@ def test_render_does_not_import_heavy_clients() -> None:
 def test_launch_requires_a_command() -> None:
     result = hpcbridge("launch", "--launcher", "plain")
     assert result.returncode == 2
+
+
+SCRIPT = "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=4 -t 30 -p gpu\n#SBATCH --mail-type=END\nsrun ./train\n"
+
+
+def test_convert_script_to_trainjob_and_back(tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(SCRIPT)
+    trainjob = hpcbridge("convert", str(path), "--to", "trainjob")
+    assert trainjob.returncode == 0, trainjob.stderr
+    doc = yaml.safe_load(trainjob.stdout)
+    assert doc["spec"]["trainer"]["numNodes"] == 2 and doc["spec"]["activeDeadlineSeconds"] == 1800
+    assert "passed through verbatim as hpcbridge.io/sbatch.mail-type" in trainjob.stderr
+    back = tmp_path / "job.yaml"
+    back.write_text(trainjob.stdout)
+    script = hpcbridge("convert", str(back), "--to", "sbatch")
+    assert script.returncode == 0, script.stderr
+    assert "srun ./train" in script.stdout and "--mail-type=END" in script.stdout
+
+
+def test_sbatch_flags_override_script_and_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(SCRIPT)
+    rendered = hpcbridge("render", str(path), "--to", "slurm")
+    assert "#SBATCH --nodes=2" in rendered.stdout
+    overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "local", "-N", "3")
+    assert overridden.returncode == 0, overridden.stderr
+    assert "--nodes\n  - '3'" in overridden.stdout
+    yaml_flags = hpcbridge("convert", str(EXAMPLE), "--to", "jobspec", "-N", "5", "-t", "10")
+    spec = json.loads(yaml_flags.stdout)
+    assert spec["resources"][0]["count"] == 5 and spec["attributes"]["system"]["duration"] == 600.0
+
+
+def test_bad_sbatch_flag_is_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(SCRIPT)
+    result = hpcbridge("submit", str(path), "--dry-run", "--time", "soon")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and "soon" in result.stderr
+    unknown = hpcbridge("render", str(EXAMPLE), "-N", "3")
+    assert unknown.returncode == 2 and "unrecognized arguments" in unknown.stderr

@@ -36,7 +36,7 @@ from bridge.convert.sbatch import (
     tokenize_directive,
 )
 from bridge.errors import InvalidSpec
-from bridge.plan import resolve
+from bridge.plan import Launcher, resolve
 
 CASES = Path(__file__).resolve().parent.parent / "cases" / "sbatch"
 SHEBANG = "#!/bin/bash\n"
@@ -952,13 +952,14 @@ def test_script_trainjob_script_keeps_options_and_body(options: dict[str, str | 
 
 def test_runtime_and_planner_accept_every_converted_case() -> None:
     runtime = sbatch_runtime()
-    assert runtime.name == SBATCH_RUNTIME and runtime.spec.ml_policy is None
+    assert runtime.name == SBATCH_RUNTIME and runtime.spec.ml_policy.framework == "plain"
     slurm = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                           "metadata": {"name": "hpc"}, "spec": {"type": "slurm"}})
     for path in sorted(CASES.glob("*.sbatch")):
         job, _ = to_trainjob(parse_script(path.read_text(), path.name))
         for cluster in (builtin_local_cluster(), slurm):
             plan = resolve(job, runtime, cluster)
+            assert plan.launcher == Launcher.SCRIPT  # the body runs once, as sbatch runs it
             assert plan.command == tuple(job.spec.trainer.command)
             assert dict(plan.options.sbatch_extra) == {
                 k.removeprefix("hpcbridge.io/sbatch."): v for k, v in annotations(job).items()

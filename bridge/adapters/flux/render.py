@@ -19,8 +19,9 @@ def batch_script(plan: LaunchPlan) -> str:
     check_shell_env(plan)
     # Inside a Flux instance MPI ranks are started by flux-shell (PMI), not mpirun over ssh.
     per_node = plan.launcher in (Launcher.TORCHRUN, Launcher.PLAIN)
+    script = plan.launcher == Launcher.SCRIPT
     spec = LaunchSpec(
-        launcher="flux" if plan.launcher in MPI_LAUNCHERS else plan.launcher.value,
+        launcher="flux" if plan.launcher in MPI_LAUNCHERS else "plain" if script else plan.launcher.value,
         discovery="flux",
         procs_per_node=plan.procs_per_node,
         nodes=plan.nodes,
@@ -35,7 +36,8 @@ def batch_script(plan: LaunchPlan) -> str:
         f"on cluster {plan.cluster}. Generated; re-render instead of editing.",
         "set -eu",
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
-        f"exec flux run --nodes={plan.nodes} --tasks-per-node=1 {launch}" if per_node else f"exec {launch}",
+        f"exec flux run --nodes={plan.nodes} --tasks-per-node=1 {launch}" if per_node
+        else f"exec {join(plan.exec_argv)}" if script else f"exec {launch}",
     ]
     return "\n".join(lines) + "\n"
 

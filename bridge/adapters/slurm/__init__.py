@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
-from bridge.adapters.slurm.render import COMMENT_PREFIX, render_script
+from bridge.adapters.slurm.render import comment_uid, render_script
 from bridge.adapters.slurm.state import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
@@ -110,16 +110,16 @@ class SlurmAdapter(Adapter):
 
     def find(self, uid: str, name: str | None = None) -> JobRef | None:
         for record in self._all_records(name):
-            if record.comment == f"{COMMENT_PREFIX}{uid}" and record.state not in (JobState.CANCELLED,):
+            if comment_uid(record.comment) == uid and record.state not in (JobState.CANCELLED,):
                 return JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
         return None
 
     def list_jobs(self) -> list[JobStatus]:
         statuses = []
         for record in self._all_records():
-            if record.comment.startswith(COMMENT_PREFIX):
-                ref = JobRef(self.cluster.name, "slurm", record.job_id, record.comment[len(COMMENT_PREFIX):],
-                             record.name)
+            uid = comment_uid(record.comment)
+            if uid is not None:
+                ref = JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
                 statuses.append(self._status(ref, record))
         return statuses
 

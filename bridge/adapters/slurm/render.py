@@ -10,7 +10,7 @@ import re
 
 from bridge import __version__
 from bridge.mpi.bootstrap import LaunchSpec
-from bridge.plan import MPI_LAUNCHERS, Launcher, LaunchPlan, check_shell_env
+from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env
 from bridge.shell import join, quote
 
 DEFAULT_OUTPUT = "hpcbridge-%x-%j.out"
@@ -35,13 +35,24 @@ def directive_value(value: str) -> str:
 def tasks_per_node(plan: LaunchPlan) -> int:
     # MPI ranks are Slurm tasks (mpirun places them with the allocation); torchrun and plain commands run
     # once per node and start their own workers.
-    return plan.procs_per_node if plan.launcher in MPI_LAUNCHERS or plan.launcher == Launcher.FLUX else 1
+    return plan.procs_per_node if plan.launcher in ONCE_PER_JOB else 1
+
+
+def job_comment(plan: LaunchPlan) -> str:
+    """The uid first, then any comment the user passed through (``hpcbridge.io/sbatch.comment``)."""
+    user = dict(plan.options.sbatch_extra).get("comment")
+    return f"{COMMENT_PREFIX}{plan.uid}" + (f" {user}" if user else "")
+
+
+def comment_uid(comment: str) -> str | None:
+    head = comment.split(" ", 1)[0]
+    return head[len(COMMENT_PREFIX):] if head.startswith(COMMENT_PREFIX) else None
 
 
 def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
     options: list[tuple[str, str | None]] = [
         ("job-name", plan.name),
-        ("comment", f"{COMMENT_PREFIX}{plan.uid}"),
+        ("comment", job_comment(plan)),
         ("nodes", str(plan.nodes)),
         ("ntasks-per-node", str(tasks_per_node(plan))),
     ]
@@ -69,7 +80,7 @@ def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
         options.append(("chdir", plan.workdir))
     if plan.suspend:
         options.append(("hold", None))
-    options.extend(knobs.sbatch_extra)
+    options.extend((name, value) for name, value in knobs.sbatch_extra if name != "comment")
     return options
 
 
@@ -97,8 +108,12 @@ def render_script(plan: LaunchPlan) -> str:
     lines.append("set -eu")
     for entry in plan.env:
         lines.append(f"export {entry.name}={quote(entry.value or '')}")
+    if plan.launcher == Launcher.SCRIPT:
+        # a converted batch script: its body is the job, exactly as sbatch would run it
+        lines.append(f"exec {join(plan.exec_argv)}")
+        return "\n".join(lines) + "\n"
     launch = [*plan.launch_command, *launch_spec(plan).to_args()]
-    if plan.launcher in MPI_LAUNCHERS or plan.launcher == Launcher.FLUX:
+    if plan.launcher in ONCE_PER_JOB:
         # the batch host starts mpirun, which places ranks on the allocation through Slurm itself
         lines.append(f"exec {join(launch)}")
     else:

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from bridge.adapters.slurm.render import COMMENT_PREFIX, DEFAULT_OUTPUT, render_script, tasks_per_node
+from bridge.adapters.slurm.render import DEFAULT_OUTPUT, job_comment, render_script, tasks_per_node
 from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
 from bridge.plan import LaunchPlan
 
@@ -28,13 +28,14 @@ def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -
     if not plan.workdir or not plan.workdir.startswith("/"):
         raise InvalidSpec("metadata.annotations[hpcbridge.io/workdir]", plan.workdir,
                           "slurmrestd needs an absolute working directory (there is no submitting shell)")
-    if plan.options.sbatch_extra:
-        names = ", ".join(name for name, _ in plan.options.sbatch_extra)
+    extra = [name for name, _ in plan.options.sbatch_extra if name != "comment"]
+    if extra:
+        names = ", ".join(extra)
         raise InvalidSpec("metadata.annotations", names, "hpcbridge.io/sbatch.* pass-through options cannot be "
                                                          "expressed over slurmrestd; use the local or ssh transport")
     job: dict[str, Any] = {
         "name": plan.name,
-        "comment": f"{COMMENT_PREFIX}{plan.uid}",
+        "comment": job_comment(plan),
         "nodes": plan.nodes,
         "tasks_per_node": tasks_per_node(plan),
         "current_working_directory": plan.workdir,

@@ -72,3 +72,21 @@ def test_unreachable_cluster_is_reported(tmp_path) -> None:
     result = hpcbridge(config, "clusters", "check")
     assert result.returncode == 1
     assert "gone\tslurm\tunreachable:" in result.stdout
+
+
+def test_converted_batch_script_is_what_slurm_gets(config_file, slurm_cluster, tmp_path) -> None:
+    script = tmp_path / "train.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH -J conv-job -N 2 --ntasks-per-node=2 -c 1 --mem=200M\n"
+                      "#SBATCH --gpus-per-node=1 -t 10 -p debug\n#SBATCH --comment='kept as written'\n"
+                      f"#SBATCH -D {tmp_path} -o {tmp_path}/%x-%j.out\n"
+                      "echo tasks=$SLURM_NTASKS nodes=$SLURM_JOB_NUM_NODES\nsrun hostname | wc -l\n")
+    result = hpcbridge(config_file, "submit", str(script), "--cluster", "testslurm", "--wait", "-t", "5")
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+    info = slurm_cluster.run("scontrol", "--oneliner", "show", "job", job_id).stdout
+    for expected in ("JobName=conv-job", "NumNodes=2", "NumTasks=4", "CPUs/Task=1", "MinMemoryNode=200M",
+                     "TimeLimit=00:05:00", "Partition=debug", "gres:gpu:1"):
+        assert expected in info, (expected, info)
+    assert "Comment=hpcbridge.io/uid=" in info and "kept as written" in info
+    output = (tmp_path / f"conv-job-{job_id}.out").read_text()
+    assert output.splitlines() == ["tasks=4 nodes=2", "4"]  # the body ran once, its srun used the allocation
