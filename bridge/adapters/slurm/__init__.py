@@ -110,7 +110,7 @@ class SlurmAdapter(Adapter):
 
     def find(self, uid: str, name: str | None = None) -> JobRef | None:
         for record in self._all_records(name):
-            if comment_uid(record.comment) == uid and record.state not in (JobState.CANCELLED,):
+            if comment_uid(record.comment) == uid and record.state != JobState.CANCELLED:
                 return JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
         return None
 
@@ -131,19 +131,35 @@ class SlurmAdapter(Adapter):
         return f"{' '.join(result.stdout.split())}; {version}"
 
     def submit(self, artifact: Artifact) -> JobRef:
-        plan = artifact.plan
-        existing = self.find(plan.uid, plan.name)
-        if existing is not None:
-            return existing  # idempotent: a job with this TrainJob's uid is already there
+        return self.submit_many([artifact])[0]
+
+    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
+        """Submit several jobs with one idempotency lookup for all of them (the operator's batch path)."""
+        known: dict[str, JobRef] = {}
+        for record in self._all_records(artifacts[0].plan.name if len(artifacts) == 1 else None):
+            uid = comment_uid(record.comment)
+            if uid is not None and record.state != JobState.CANCELLED:
+                known.setdefault(uid, JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name))
+        refs = []
+        for artifact in artifacts:
+            plan = artifact.plan
+            if plan.uid in known:
+                refs.append(known[plan.uid])  # idempotent: a job with this TrainJob's uid is already there
+                continue
+            refs.append(JobRef(self.cluster.name, "slurm", self._send(artifact), plan.uid, plan.name))
+            known[plan.uid] = refs[-1]
+        return refs
+
+    def _send(self, artifact: Artifact) -> str:
         if self.rest is not None:
             import json
 
-            return JobRef(self.cluster.name, "slurm", self.rest.submit(json.loads(artifact.main)), plan.uid, plan.name)
+            return self.rest.submit(json.loads(artifact.main))
         result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main), "sbatch")
         match = _PARSABLE_ID.match(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
         if not match:
             raise BackendUnavailable("slurm", f"sbatch printed no job id: {result.stdout.strip()[:200]!r}")
-        return JobRef(self.cluster.name, "slurm", match.group(1), plan.uid, plan.name)
+        return match.group(1)
 
     # --- following -----------------------------------------------------------------------------------
 
