@@ -94,6 +94,7 @@ def _prepare(file: str, cluster_name: str | None, to: str | None, runtimes: list
         cluster = select_cluster(trainjob, runtime, clusters, cluster_name)
     if cluster.spec.type == "local":
         cluster = _local_cluster_for_this_process(cluster)
+    if cluster.spec.type != "kubernetes":
         workdir_key = f"{ANNOTATION_PREFIX}workdir"
         workdir = (trainjob.metadata.annotations or {}).get(workdir_key)
         if workdir and not os.path.isabs(workdir) and file != "-":

@@ -40,7 +40,8 @@ def layout(plan: LaunchPlan) -> list[LocalProcess]:
     processes = []
     for node in range(groups):
         spec = LaunchSpec(
-            launcher="plain" if plan.launcher == Launcher.SCRIPT else plan.launcher.value,
+            # no scheduler here: a script runs as a plain command, and Flux-policy ranks start with Open MPI
+            launcher={Launcher.SCRIPT: "plain", Launcher.FLUX: "openmpi"}.get(plan.launcher, plan.launcher.value),
             discovery="local",
             procs_per_node=plan.procs_per_node,
             nodes=plan.nodes,

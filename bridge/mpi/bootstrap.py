@@ -98,7 +98,12 @@ def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
             return list(spec.command)  # Kubeflow style: the command runs torchrun, which reads PET_* (child_env)
         return launchers.torchrun_argv(topology, spec.command, spec.rdzv_port, spec.job_id)
     if spec.launcher == "flux":
-        return launchers.flux_run_argv(topology, spec.command) if topology.rank == 0 else None
+        if topology.rank != 0:
+            return None
+        if spec.discovery == "slurm":
+            # a Flux-policy job on Slurm: srun is the PMI launcher there, as flux run is under Flux
+            return launchers.srun_argv(topology, spec.command, mpi="pmix")
+        return launchers.flux_run_argv(topology, spec.command)
     return list(spec.command)
 
 

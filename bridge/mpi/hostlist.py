@@ -26,8 +26,8 @@ confirmed by experiment:
 Deliberate deviations: where Slurm *accepts* text but prints hosts that the text does not say, we raise
 instead - an unclosed ``[`` (Slurm turns ``node[1-3`` into the host ``node]``), a ``]`` outside a group
 (``a]b``), whitespace or a sign inside brackets (``[+2]`` and ``[ 2]`` become ``02``), the control
-characters ``\\n \\r \\v \\f \\0`` (Slurm's natural compare ignores whitespace and merges ``a\\n1,a2``), errors
-in a group before the second-to-last (Slurm silently drops those names), numbers of 2**64-1 and above
+characters ``\\n \\r \\v \\f \\0`` (Slurm's natural compare skips whitespace and merges ``a\\n1,a2``),
+errors in a group before the second-to-last (Slurm silently drops those names), numbers of 2**64-1 and above
 (clamped by ``strtoul``; a range ending at 2**64-1 crashes scontrol), more than 262,144 items in one group
 (scontrol aborts) and more than 2**31-1 hosts in total (Slurm's int counter overflows).
 
@@ -89,7 +89,7 @@ _LOOKAHEAD_WINDOW = 128
 
 
 class HostlistError(InvalidSpec):
-    """A hostlist Slurm would reject (or silently mangle): one line naming the 0-based position and the fault."""
+    """A hostlist Slurm rejects (or silently mangles): one line naming the 0-based position and the fault."""
 
     def __init__(self, value: object, position: int, reason: str, note: str = "") -> None:
         #: 0-based character offset of the fault (in the host name, for compress)
@@ -138,7 +138,9 @@ def expand(hostlist: str) -> list[str]:
         else:
             total += _expand_bracketed(hostlist, start, token, chunks)
         if total > MAX_HOSTS:
-            raise HostlistError(hostlist, start, f"more than {MAX_HOSTS} hosts", "; Slurm counts them in an int")
+            raise HostlistError(
+                hostlist, start, f"more than {MAX_HOSTS} hosts", "; Slurm counts them in an int"
+            )
     if pos != len(hostlist) and _GAP_RE.fullmatch(hostlist, pos) is None:
         _gap_error(hostlist, pos, len(hostlist))
     if not chunks:
@@ -158,11 +160,19 @@ def _expand_plain(hostlist: str) -> list[str]:
         names = hostlist.split(",")
     if "" in names:
         names = [name for name in names if name]
-    if names and max(map(len, names)) >= 20:
+    if names and max(map(len, names)) >= 20 and any(map(_number_too_large, names)):
         for long_number in _LONG_NUMBER_RE.finditer(hostlist):
             if int(long_number.group()) > MAX_NUMBER:
                 raise HostlistError(hostlist, long_number.start(), "number too large", f"; max {MAX_NUMBER}")
     return names
+
+
+def _number_too_large(name: str) -> bool:
+    """Whether the name's trailing number exceeds MAX_NUMBER (only names of 20+ characters can)."""
+    if len(name) < 20:
+        return False
+    digits = len(name) - len(name.rstrip(_DIGITS))
+    return digits >= 20 and int(name[-digits:]) > MAX_NUMBER
 
 
 def _gap_error(hostlist: str, start: int, end: int) -> None:
@@ -180,9 +190,9 @@ def _gap_error(hostlist: str, start: int, end: int) -> None:
 
 
 def _check_plain_number(hostlist: str, start: int, name: str) -> None:
-    digits = len(name) - len(name.rstrip(_DIGITS))
-    if digits >= 20 and int(name[-digits:]) > MAX_NUMBER:
-        raise HostlistError(hostlist, start + len(name) - digits, "number too large", f"; max {MAX_NUMBER}")
+    if _number_too_large(name):
+        position = start + len(name.rstrip(_DIGITS))
+        raise HostlistError(hostlist, position, "number too large", f"; max {MAX_NUMBER}")
 
 
 def _expand_bracketed(hostlist: str, start: int, token: str, chunks: list[str]) -> int:
@@ -219,7 +229,9 @@ def _expand_bracketed(hostlist: str, start: int, token: str, chunks: list[str]) 
     # first, the second, ...; slowest the second-to-last (checked against scontrol).
     numbers = [_numbers(group) for group in groups[:-1]]
     escaped = [literal.replace("{", "{{").replace("}", "}}") for literal in literals]
-    template = "".join(f"{literal}{{{len(numbers) - 1 - index}}}" for index, literal in enumerate(escaped[:-1]))
+    template = "".join(
+        f"{literal}{{{len(numbers) - 1 - index}}}" for index, literal in enumerate(escaped[:-1])
+    )
     template += escaped[-1]
     tails = _render("", groups[-1]).split(_SEP)
     for prefix in starmap(template.format, product(*reversed(numbers))):
@@ -260,7 +272,10 @@ def _parse_group(hostlist: str, offset: int, content: str) -> _Group:
 def _check_item_count(hostlist: str, offset: int, items: int) -> None:
     if items > MAX_ITEMS:
         raise HostlistError(
-            hostlist, offset - 1, f"too many items ({items}) in one bracket group", f"; Slurm allows {MAX_ITEMS}"
+            hostlist,
+            offset - 1,
+            f"too many items ({items}) in one bracket group",
+            f"; Slurm allows {MAX_ITEMS}",
         )
 
 
@@ -305,7 +320,9 @@ def _numbers(group: _Group) -> list[str]:
     if group.texts is not None:
         return group.texts
     return [
-        f"{n:0{w}d}" for lo, hi, w in zip(group.los, group.his, group.widths, strict=True) for n in range(lo, hi + 1)
+        f"{n:0{w}d}"
+        for lo, hi, w in zip(group.los, group.his, group.widths, strict=True)
+        for n in range(lo, hi + 1)
     ]
 
 
@@ -316,7 +333,9 @@ def _render(prefix: str, group: _Group) -> str:
     los, his, widths = group.los, group.his, group.widths
     if group.longest < _BLOCKWISE_MIN and len(set(widths)) == 1:
         # Many short ranges (the fragmented case): one %-format over all numbers, no per-range work.
-        return _format_numbers(prefix, widths[0], tuple(chain.from_iterable(map(range, los, map(add, his, repeat(1))))))
+        return _format_numbers(
+            prefix, widths[0], tuple(chain.from_iterable(map(range, los, map(add, his, repeat(1)))))
+        )
     parts: list[str] = []
     short: list[int] = []
     short_width = 0
@@ -357,7 +376,9 @@ def _render_run(prefix: str, lo: int, hi: int, width: int) -> str:
     last_block, last_tail = divmod(hi, 1000)
     for block in range(first_block, last_block + 1):
         head = f"{prefix}{block:0{head_width}d}"
-        tails = _TAILS[(first_tail if block == first_block else 0) : (last_tail + 1 if block == last_block else 1000)]
+        tails = _TAILS[
+            (first_tail if block == first_block else 0) : (last_tail + 1 if block == last_block else 1000)
+        ]
         parts.append(head + (_SEP + head).join(tails))
     return _SEP.join(parts)
 
@@ -367,7 +388,7 @@ def _render_run(prefix: str, lo: int, hi: int, width: int) -> str:
 
 
 def compress(hosts: Iterable[str]) -> str:
-    """The hostlist expression ``scontrol show hostlist`` prints for these hosts: order and duplicates kept."""
+    """The hostlist expression ``scontrol show hostlist`` prints for these hosts (order, duplicates kept)."""
     if isinstance(hosts, str):
         raise TypeError("compress() takes an iterable of host names, not one str")
     names = hosts if isinstance(hosts, list) else list(hosts)
@@ -381,7 +402,7 @@ def compress(hosts: Iterable[str]) -> str:
     first = ""  # digits of the open range's first host
     last = ""  # the open range's last host, if it has more than one
     previous = width = 0  # the open range's last number and zero-pad width
-    # The name that would extend the open range (None while it has one host): most hosts are checked with
+    # The name that would extend the open range ("" while it has one host): most hosts are checked with
     # one comparison instead of being parsed. It is head + _TAILS[tail] when tail >= 0.
     expected = ""
     head = ""
@@ -462,7 +483,7 @@ def _next_name(prefix: str, number: int, width: int) -> tuple[str, str, int]:
 
 
 def _range_text(prefix: str, first: str, last: str) -> str:
-    return f"{first}-{last[len(prefix):]}" if last else first
+    return f"{first}-{last[len(prefix) :]}" if last else first
 
 
 def _run_length(names: list[str], start: int, prefix: str, number: int, width: int) -> int:
@@ -510,20 +531,15 @@ def _close_group(prefix: str, texts: list[str], first: str, last: str) -> str:
 def _check_names(names: list[str]) -> None:
     """Reject names that cannot round-trip through a hostlist (checked in bulk, explained one by one)."""
     joined = _SEP.join(names)  # TypeError names the first non-str item
-    if (
-        joined.count(_SEP) == len(names) - 1
-        and "" not in names
-        and not any(char in joined for char in _BAD_HOST_CHARS)
-        and max(map(len, names)) < 20  # no name has a number that could exceed MAX_NUMBER
-    ):
-        return
-    for index, name in enumerate(names):
-        where = f" of host #{index}"
-        if not name:
-            raise HostlistError(name, 0, "empty host name", where)
-        for position, char in enumerate(name):
-            if char in _BAD_NAME_CHARS:
-                raise HostlistError(name, position, f"invalid character {char!r}", where)
-        digits = len(name) - len(name.rstrip(_DIGITS))
-        if digits >= 20 and int(name[-digits:]) > MAX_NUMBER:
-            raise HostlistError(name, len(name) - digits, "number too large", f"{where}; max {MAX_NUMBER}")
+    if joined.count(_SEP) != len(names) - 1 or "" in names or any(char in joined for char in _BAD_HOST_CHARS):
+        for index, name in enumerate(names):
+            if not name:
+                raise HostlistError(name, 0, "empty host name", f" of host #{index}")
+            for position, char in enumerate(name):
+                if char in _BAD_NAME_CHARS:
+                    raise HostlistError(name, position, f"invalid character {char!r}", f" of host #{index}")
+    if max(map(len, names)) >= 20 and any(map(_number_too_large, names)):
+        index = next(index for index, name in enumerate(names) if _number_too_large(name))
+        name = names[index]
+        position = len(name.rstrip(_DIGITS))
+        raise HostlistError(name, position, "number too large", f" of host #{index}; max {MAX_NUMBER}")

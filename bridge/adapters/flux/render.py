@@ -10,13 +10,14 @@ import json
 from typing import Any
 
 from bridge import __version__
+from bridge.adapters.flux.validate import validate_jobspec
+from bridge.errors import InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec
 from bridge.plan import MPI_LAUNCHERS, Launcher, LaunchPlan, check_shell_env
 from bridge.shell import join, quote
 
 
 def batch_script(plan: LaunchPlan) -> str:
-    check_shell_env(plan)
     # Inside a Flux instance MPI ranks are started by flux-shell (PMI), not mpirun over ssh.
     per_node = plan.launcher in (Launcher.TORCHRUN, Launcher.PLAIN)
     script = plan.launcher == Launcher.SCRIPT
@@ -42,20 +43,19 @@ def batch_script(plan: LaunchPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def jobspec(plan: LaunchPlan) -> dict[str, Any]:
-    cores = max(plan.resources.cpu_count or 0, plan.procs_per_node, 1)
-    slot_with: list[dict[str, Any]] = [{"type": "core", "count": cores}]
-    if plan.resources.gpus:
-        slot_with.append({"type": "gpu", "count": plan.resources.gpus})
+def _system(plan: LaunchPlan) -> dict[str, Any]:
+    check_shell_env(plan)
     system: dict[str, Any] = {
         # RFC 25 requires duration; 0 means unlimited (bounded by the instance)
         "duration": float(plan.time_limit_seconds or 0),
         "environment": {entry.name: entry.value or "" for entry in plan.env},
         "job": {"name": plan.name},
         "shell": {"options": {}},
-        "files": {"script": {"mode": 0o700, "data": batch_script(plan), "encoding": "utf-8"}},
     }
     if plan.workdir:
+        if not plan.workdir.startswith("/"):
+            raise InvalidSpec("metadata.annotations[hpcbridge.io/workdir]", plan.workdir,
+                              "Flux needs an absolute working directory")
         system["cwd"] = plan.workdir
     if plan.options.partition:
         system["queue"] = plan.options.partition
@@ -64,17 +64,53 @@ def jobspec(plan: LaunchPlan) -> dict[str, Any]:
     if plan.options.dependency:
         system["dependencies"] = [{"scheme": scheme, "value": value} for scheme, _, value in
                                   (item.partition(":") for item in plan.options.dependency.split(","))]
+    return system
+
+
+def _user(plan: LaunchPlan) -> dict[str, Any]:
+    return {"hpcbridge": {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name, "cluster": plan.cluster}}
+
+
+def batch_jobspec(plan: LaunchPlan) -> dict[str, Any]:
+    """``flux batch`` style: one broker per node runs a subinstance whose initial program is the script."""
+    cores = max(plan.resources.cpu_count or 0, plan.procs_per_node, 1)
+    slot_with: list[dict[str, Any]] = [{"type": "core", "count": cores}]
+    if plan.resources.gpus:
+        slot_with.append({"type": "gpu", "count": plan.resources.gpus})
+    system = _system(plan)
+    system["files"] = {"script": {"mode": 0o700, "data": batch_script(plan), "encoding": "utf-8"}}
+    # as `flux batch` sets them: brokers one per node, no MPI personality, no early exit of the subinstance
+    system["shell"]["options"] = {"per-resource": {"type": "node"}, "mpi": "none", "exit-timeout": "none"}
     return {
         "version": 1,
         "resources": [{"type": "node", "count": plan.nodes, "exclusive": True,
                        "with": [{"type": "slot", "count": 1, "label": "task", "with": slot_with}]}],
         "tasks": [{"command": ["flux", "broker", "{{tmpdir}}/script"], "slot": "task", "count": {"per_slot": 1}}],
-        "attributes": {
-            "system": system,
-            "user": {"hpcbridge": {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name,
-                                   "cluster": plan.cluster}},
-        },
+        "attributes": {"system": system, "user": _user(plan)},
     }
+
+
+def direct_jobspec(plan: LaunchPlan) -> dict[str, Any]:
+    """``flux run -N nodes -n nodes*procs -c cores -g gpus`` style: Flux's shell starts every rank (PMI)."""
+    per_task_cores = max(1, (plan.resources.cpu_count or plan.procs_per_node) // plan.procs_per_node)
+    slot_with: list[dict[str, Any]] = [{"type": "core", "count": per_task_cores}]
+    gpus_per_task = plan.resources.gpus // plan.procs_per_node if plan.resources.gpus else 0
+    if gpus_per_task:
+        slot_with.append({"type": "gpu", "count": gpus_per_task})
+    return {
+        "version": 1,
+        "resources": [{"type": "node", "count": plan.nodes,
+                       "with": [{"type": "slot", "count": plan.procs_per_node, "label": "task", "with": slot_with}]}],
+        "tasks": [{"command": list(plan.exec_argv), "slot": "task", "count": {"per_slot": 1}}],
+        "attributes": {"system": _system(plan), "user": _user(plan)},
+    }
+
+
+def jobspec(plan: LaunchPlan) -> dict[str, Any]:
+    # runtimes whose launcher is Flux's own PMI go direct; everything else runs hpcbridge launch in a batch
+    spec = direct_jobspec(plan) if plan.launcher == Launcher.FLUX else batch_jobspec(plan)
+    validate_jobspec(spec)
+    return spec
 
 
 def render_jobspec(plan: LaunchPlan) -> str:

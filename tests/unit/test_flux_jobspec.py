@@ -1,0 +1,66 @@
+"""Rendered jobspecs against our RFC 14/25 validator, and the validator against what the RFCs forbid."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from bridge.adapters.flux.validate import validate_jobspec
+from bridge.errors import InvalidSpec
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+SPECS = sorted(GOLDEN.glob("*.jobspec.json"))
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
+def test_every_golden_jobspec_is_valid(path: Path) -> None:
+    validate_jobspec(json.loads(path.read_text()))
+
+
+def test_batch_and_direct_shapes() -> None:
+    batch = json.loads((GOLDEN / "mpi-4x2-openmpi.jobspec.json").read_text())
+    assert batch["tasks"][0]["command"] == ["flux", "broker", "{{tmpdir}}/script"]
+    assert batch["attributes"]["system"]["files"]["script"]["data"].startswith("#!/bin/bash\n")
+    direct = json.loads((GOLDEN / "flux-2x4.jobspec.json").read_text())
+    node = direct["resources"][0]
+    assert (node["count"], node["with"][0]["count"]) == (2, 4)  # flux run -N2 -n8
+    assert direct["tasks"][0]["command"] == ["lmp", "-in", "in.reaxff.hns"]
+    assert direct["attributes"]["user"]["hpcbridge"]["uid"] == "0b7f9d2e-0000-4000-8000-000000000005"
+
+
+BASE = json.loads((GOLDEN / "flux-2x4.jobspec.json").read_text())
+
+
+def broken(mutate):
+    spec = copy.deepcopy(BASE)
+    mutate(spec)
+    return spec
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda s: s.pop("attributes"), "jobspec"),
+    (lambda s: s.update(extra=1), "jobspec"),
+    (lambda s: s.update(version=2), "jobspec.version"),
+    (lambda s: s["resources"].append(copy.deepcopy(s["resources"][0])), "jobspec.resources"),
+    (lambda s: s["resources"][0].update(type="socket"), "jobspec.resources[0].type"),
+    (lambda s: s["resources"][0].update(count=0), "jobspec.resources[0].count"),
+    (lambda s: s["resources"][0].update(count="1-4"), "jobspec.resources[0].count"),
+    (lambda s: s["resources"][0]["with"][0].pop("label"), "jobspec.resources[0].with[0].label"),
+    (lambda s: s["resources"][0]["with"][0]["with"].pop(0), "jobspec.resources"),
+    (lambda s: s["tasks"][0].update(slot="nope"), "jobspec.tasks[0].slot"),
+    (lambda s: s["tasks"][0].update(count={"per_slot": 2}), "jobspec.tasks[0].count.per_slot"),
+    (lambda s: s["tasks"][0].update(count={"per_slot": 1, "total": 2}), "jobspec.tasks[0].count"),
+    (lambda s: s["tasks"][0].update(command=[]), "jobspec.tasks[0].command"),
+    (lambda s: s["attributes"]["system"].pop("duration"), "jobspec.attributes.system.duration"),
+    (lambda s: s["attributes"]["system"].update(duration=-1), "jobspec.attributes.system.duration"),
+    (lambda s: s["attributes"]["system"].update(cwd="relative"), "jobspec.attributes.system.cwd"),
+    (lambda s: s["attributes"]["system"].update(environment={"A": 1}), "jobspec.attributes.system.environment.A"),
+    (lambda s: s["attributes"].update(other={}), "jobspec.attributes"),
+])
+def test_validator_rejects(mutate, field) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        validate_jobspec(broken(mutate))
+    assert info.value.field == field
