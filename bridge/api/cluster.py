@@ -54,7 +54,15 @@ class SlurmConnection(WireModel):
 class FluxConnection(WireModel):
     #: ``local://…`` or ``ssh://…``; unset means the FLUX_URI of the environment
     uri: str | None = None
-    transport: Literal["python", "cli"] = "python"
+    #: python: flux-python in this process; cli: the ``flux`` command, here or on ``host`` over SSH
+    transport: Literal["python", "cli"] = "cli"
+    host: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    key_file: str | None = None
+    known_hosts_file: str | None = None
+    #: the flux command on the target (e.g. /opt/flux-core/bin/flux)
+    flux_command: str = "flux"
 
     @field_validator("uri")
     @classmethod

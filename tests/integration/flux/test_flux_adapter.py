@@ -1,0 +1,75 @@
+"""The Flux adapter against a live `flux start --test-size=2` instance (skipped when flux is not on PATH)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.adapters.base import JobState
+from bridge.adapters.flux import FluxAdapter
+from bridge.api import load_documents
+from bridge.api.catalog import builtin_runtimes
+from bridge.plan import find_runtime, resolve
+
+pytestmark = [pytest.mark.integration, pytest.mark.flux]
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def trainjob(name: str, runtime: str, command: list[str], workdir: Path, **trainer):
+    return load_documents(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "annotations": {"hpcbridge.io/workdir": str(workdir)}},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": {"command": command, **trainer}}}))[0]
+
+
+def run(adapter: FluxAdapter, job):
+    plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
+    ref = adapter.submit(adapter.render(plan))
+    return plan, ref
+
+
+def test_batch_job_completes_with_logs(flux_cluster, tmp_path) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    _, ref = run(adapter, trainjob("hello", "sbatch-script", ["sh", "-c", "echo hello from flux"], tmp_path))
+    status = adapter.wait(ref, timeout=120)
+    assert (status.state, status.exit_code) == (JobState.SUCCEEDED, 0)
+
+
+def test_failing_job_exit_code(flux_cluster, tmp_path) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    _, ref = run(adapter, trainjob("fails", "sbatch-script", ["sh", "-c", "exit 3"], tmp_path))
+    status = adapter.wait(ref, timeout=120)
+    assert status.state == JobState.FAILED and status.exit_code == 3
+
+
+def test_submit_twice_is_one_job(flux_cluster, tmp_path) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    job = trainjob("twice", "sbatch-script", ["sleep", "30"], tmp_path)
+    _, first = run(adapter, job)
+    _, second = run(adapter, job)
+    assert first.job_id == second.job_id
+    adapter.cancel(first)
+    assert adapter.wait(first, timeout=120).state == JobState.CANCELLED
+
+
+def test_timeout(flux_cluster, tmp_path) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    job = trainjob("too-slow", "sbatch-script", ["sleep", "60"], tmp_path)
+    job.spec.active_deadline_seconds = 2
+    _, ref = run(adapter, job)
+    assert adapter.wait(ref, timeout=120).state == JobState.TIMEOUT
+
+
+@pytest.mark.parametrize("runtime", ["mpi-distributed", "mpich-distributed"])
+def test_two_node_mpi_allreduce_inside_flux(flux_cluster, tmp_path, runtime) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    job = trainjob(f"mpi-{runtime.split('-')[0]}", runtime, [sys.executable, str(ROOT / "examples" / "mpi_allreduce.py")],
+                   tmp_path, numNodes=2, numProcPerNode=1)
+    _, ref = run(adapter, job)
+    status = adapter.wait(ref, timeout=300)
+    text = "".join(adapter.logs(ref))
+    assert status.state == JobState.SUCCEEDED, text
+    assert "allreduce result: 3 OK" in text
