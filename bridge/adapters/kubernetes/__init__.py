@@ -1,15 +1,261 @@
-"""Kubernetes backend: JobSets in Kubeflow's conventions (DESIGN §5). The client is imported only to talk."""
+"""Kubernetes backend: JobSets in Kubeflow's conventions (DESIGN §5). The client is imported only to talk.
+
+A job is ``namespace/name``; every object it creates carries the TrainJob uid as a label, so submit is
+idempotent and one list call per namespace serves a whole poll.
+"""
 
 from __future__ import annotations
 
-from bridge.adapters.base import Adapter, Artifact, ArtifactFile
-from bridge.adapters.kubernetes.render import render_manifests
+import base64
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import yaml
+
+from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
+from bridge.adapters.kubernetes.render import JOBSET_API, UID_LABEL, render_manifests
+from bridge.errors import BackendRejected
 from bridge.plan import LaunchPlan
+
+GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
+    """JobSet conditions and replicated-job counts → (state, reason, message)."""
+    conditions = {c.get("type"): c for c in (jobset.get("status") or {}).get("conditions") or []
+                  if c.get("status") == "True"}
+    for kind, state in (("Completed", JobState.SUCCEEDED), ("Failed", JobState.FAILED),
+                        ("Suspended", JobState.SUSPENDED)):
+        if kind in conditions:
+            return state, conditions[kind].get("reason"), conditions[kind].get("message")
+    if (jobset.get("spec") or {}).get("suspend"):
+        return JobState.SUSPENDED, "Suspended", None
+    counts = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+    if any((c.get("ready") or 0) > 0 or (c.get("active") or 0) > 0 for c in counts):
+        return JobState.RUNNING, None, None
+    return JobState.PENDING, None, None
 
 
 class KubernetesAdapter(Adapter):
     backend = "kubernetes"
 
+    def __init__(self, cluster, api_client=None) -> None:
+        super().__init__(cluster)
+        self._api_client = api_client
+
     def render(self, plan: LaunchPlan) -> Artifact:
         return Artifact("kubernetes", "jobset", plan,
                         (ArtifactFile(f"{plan.name}.jobset.yaml", render_manifests(plan), "application/yaml"),))
+
+    # --- clients -------------------------------------------------------------------------------------
+
+    @property
+    def api(self):
+        if self._api_client is None:
+            from bridge.adapters.kubernetes.client import api_client
+
+            self._api_client = api_client(self.cluster.spec.kubernetes)
+        return self._api_client
+
+    def _core(self):
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api)
+
+    def _custom(self):
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api)
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        from bridge.adapters.kubernetes.client import translate
+
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a typed error
+            raise translate(exc, what) from None
+
+    # --- submit --------------------------------------------------------------------------------------
+
+    def _namespace(self, plan_namespace: str) -> str:
+        conn = self.cluster.spec.kubernetes
+        return (conn.namespace if conn and conn.namespace else None) or plan_namespace
+
+    def find(self, uid: str, namespace: str | None = None) -> JobRef | None:
+        ns = namespace or self._namespace("default")
+        found = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
+                           label_selector=f"{UID_LABEL}={uid}")
+        for item in found.get("items", []):
+            name = item["metadata"]["name"]
+            return JobRef(self.cluster.name, "kubernetes", f"{ns}/{name}", uid, name)
+        return None
+
+    def submit(self, artifact: Artifact) -> JobRef:
+        plan = artifact.plan
+        namespace = self._namespace(plan.namespace)
+        existing = self.find(plan.uid, namespace)
+        if existing is not None:
+            return existing
+        objects = list(yaml.safe_load_all(artifact.main))
+        core, custom = self._core(), self._custom()
+        created: list[tuple[str, str]] = []
+        for obj in objects:
+            obj["metadata"]["namespace"] = namespace
+            kind = obj["kind"]
+            if kind == "Secret" and obj.get("type") == "kubernetes.io/ssh-auth":
+                obj["data"] = _ssh_secret_data(plan.name)  # keys are made here, never rendered or logged
+                obj["metadata"].get("annotations", {}).pop("hpcbridge.io/ssh-keys", None)
+                self._create(core.create_namespaced_secret, namespace, obj, "create secret")
+            elif kind == "ConfigMap":
+                self._create(core.create_namespaced_config_map, namespace, obj, "create configmap")
+            elif obj.get("apiVersion") == JOBSET_API and kind == "JobSet":
+                jobset = self._create(lambda ns, body: custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, body), namespace, obj, "create jobset")
+                self._own(namespace, created, jobset)
+                return JobRef(self.cluster.name, "kubernetes", f"{namespace}/{obj['metadata']['name']}", plan.uid,
+                              obj["metadata"]["name"])
+            else:
+                raise BackendRejected("kubernetes", f"unexpected object {kind} in the artifact")
+            created.append((kind, obj["metadata"]["name"]))
+        raise BackendRejected("kubernetes", "the artifact has no JobSet")
+
+    def _create(self, fn, namespace: str, body: dict, what: str):
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn(namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:  # left over from an interrupted submit: keep it (same uid, same job)
+                return None
+            from bridge.adapters.kubernetes.client import translate
+
+            raise translate(exc, what) from None
+
+    def _own(self, namespace: str, created: list[tuple[str, str]], jobset: dict | None) -> None:
+        """Make the JobSet own its Secret and ConfigMap, so deleting it deletes them."""
+        if not jobset:
+            return
+        owner = [{"apiVersion": JOBSET_API, "kind": "JobSet", "name": jobset["metadata"]["name"],
+                  "uid": jobset["metadata"]["uid"], "controller": False, "blockOwnerDeletion": False}]
+        core = self._core()
+        for kind, name in created:
+            patch = {"metadata": {"ownerReferences": owner}}
+            if kind == "Secret":
+                self._call("own secret", core.patch_namespaced_secret, name, namespace, patch)
+            else:
+                self._call("own configmap", core.patch_namespaced_config_map, name, namespace, patch)
+
+    # --- follow --------------------------------------------------------------------------------------
+
+    def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
+        """One JobSet list (and, for pending ones, one pod list) per namespace."""
+        by_namespace: dict[str, list[JobRef]] = {}
+        for ref in refs:
+            by_namespace.setdefault(ref.job_id.split("/", 1)[0], []).append(ref)
+        statuses: dict[JobRef, JobStatus] = {}
+        for namespace, group in by_namespace.items():
+            listing = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION,
+                                 namespace, PLURAL, label_selector=UID_LABEL)
+            jobsets = {item["metadata"]["name"]: item for item in listing.get("items", [])}
+            pending = []
+            for ref in group:
+                jobset = jobsets.get(ref.job_id.split("/", 1)[1])
+                if jobset is None:
+                    statuses[ref] = JobStatus(ref, JobState.UNKNOWN, reason="NotFound")
+                    continue
+                state, reason, message = jobset_state(jobset)
+                statuses[ref] = JobStatus(ref, state, reason=reason, message=message,
+                                          exit_code=0 if state == JobState.SUCCEEDED else None)
+                if state == JobState.PENDING:
+                    pending.append(ref)
+            if pending:
+                self._scheduling_reasons(namespace, pending, statuses)
+        return statuses
+
+    def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict) -> None:
+        names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
+        pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
+                          label_selector=f"{JOBSET_NAME_LABEL} in ({names})")
+        for ref in refs:
+            name = ref.job_id.split("/", 1)[1]
+            for pod in pods.items:
+                if (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL) != name:
+                    continue
+                for condition in (pod.status.conditions or []) if pod.status else []:
+                    if condition.type == "PodScheduled" and condition.status == "False":
+                        statuses[ref] = JobStatus(ref, JobState.PENDING, reason=condition.reason,
+                                                  message=condition.message)
+                        break
+
+    def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
+        from kubernetes import client
+
+        namespace, name = ref.job_id.split("/", 1)
+        options = client.V1DeleteOptions(propagation_policy="Foreground",
+                                          grace_period_seconds=int(grace_seconds) if grace_seconds else None)
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._custom().delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body=options)
+        except ApiException as exc:
+            if exc.status != 404:
+                from bridge.adapters.kubernetes.client import translate
+
+                raise translate(exc, "delete jobset") from None
+        # objects created before the JobSet owned them (an interrupted submit) go explicitly
+        core = self._core()
+        for what, lister, deleter in (("secrets", core.list_namespaced_secret, core.delete_namespaced_secret),
+                                      ("configmaps", core.list_namespaced_config_map,
+                                       core.delete_namespaced_config_map)):
+            items = self._call(f"list {what}", lister, namespace, label_selector=f"{UID_LABEL}={ref.uid}").items \
+                if ref.uid else []
+            for item in items:
+                try:
+                    deleter(item.metadata.name, namespace)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        from bridge.adapters.kubernetes.client import translate
+
+                        raise translate(exc, f"delete {what}") from None
+
+    def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
+        """Logs of the trainer pods' ``node`` containers, as the API server serves them (needs kubelets)."""
+        namespace, name = ref.job_id.split("/", 1)
+        pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
+                          label_selector=f"{JOBSET_NAME_LABEL}={name}")
+        for pod in sorted(pods.items, key=lambda p: p.metadata.name):
+            text = self._call("read log", self._core().read_namespaced_pod_log, pod.metadata.name, namespace,
+                              container="node", follow=follow)
+            yield f"==> {pod.metadata.name} <==\n{text}"
+
+    def ref(self, job_id: str) -> JobRef:
+        namespace, _, name = job_id.rpartition("/")
+        ns = namespace or self._namespace("default")
+        return JobRef(self.cluster.name, "kubernetes", f"{ns}/{name}", "", name)
+
+    def list_jobs(self) -> list[JobStatus]:
+        ns = self._namespace("default")
+        listing = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION, ns,
+                             PLURAL, label_selector=UID_LABEL)
+        refs = [JobRef(self.cluster.name, "kubernetes", f"{ns}/{i['metadata']['name']}",
+                       i["metadata"]["labels"][UID_LABEL], i["metadata"]["name"]) for i in listing.get("items", [])]
+        return list(self.poll(refs).values())
+
+    def check(self) -> str:
+        from kubernetes import client
+
+        version = self._call("version", client.VersionApi(self.api).get_code)
+        return f"Kubernetes {version.git_version}"
+
+
+def _ssh_secret_data(name: str) -> dict[str, str]:
+    """A fresh keypair in Kubeflow's Secret layout (ssh-privatekey, ssh-publickey), base64 for the API."""
+    from bridge.mpi.ssh import CLIENT_KEY, create_job_keys
+
+    with tempfile.TemporaryDirectory(prefix="hpcbridge-keys-") as tmp:
+        keys = create_job_keys(Path(tmp) / "keys", name)
+        private = (keys / CLIENT_KEY).read_bytes()
+        public = (keys / f"{CLIENT_KEY}.pub").read_bytes()
+    return {"ssh-privatekey": base64.b64encode(private).decode(), "ssh-publickey": base64.b64encode(public).decode()}

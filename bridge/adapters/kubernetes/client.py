@@ -1,0 +1,41 @@
+"""Talking to a Kubernetes API server: the official client, imported only here (never at CLI start-up)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.errors import BackendRejected, BackendUnavailable
+
+
+def api_client(connection) -> Any:
+    """An ApiClient for the cluster's connection: in-cluster, or a kubeconfig (file and context)."""
+    from kubernetes import client, config
+
+    try:
+        if connection is not None and connection.in_cluster:
+            config.load_incluster_config()
+            return client.ApiClient()
+        return config.new_client_from_config(config_file=connection.kubeconfig if connection else None,
+                                             context=connection.context if connection else None)
+    except config.ConfigException as exc:
+        raise BackendUnavailable("kubernetes", f"no usable kubeconfig: {exc}") from None
+    except OSError as exc:
+        raise BackendUnavailable("kubernetes", f"kubeconfig: {exc}") from None
+
+
+def translate(exc: Exception, what: str) -> Exception:
+    """ApiException and connection errors → our typed errors (4xx permanent, 5xx/transport retryable)."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        message = exc.reason or ""
+        try:
+            import json
+
+            message = json.loads(exc.body or "{}").get("message") or message
+        except (ValueError, TypeError):
+            pass
+        if exc.status in (None, 0, 429) or (exc.status or 0) >= 500:
+            return BackendUnavailable("kubernetes", f"{what}: HTTP {exc.status}: {message}")
+        return BackendRejected("kubernetes", f"{what}: HTTP {exc.status}: {message}")
+    return BackendUnavailable("kubernetes", f"{what}: {exc}")
