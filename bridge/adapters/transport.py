@@ -76,7 +76,9 @@ class SSHTransport(Transport):
             raise InvalidSpec("spec.slurm.knownHostsFile", None,
                               "the SSH transport needs a known_hosts file: host keys are never accepted unseen")
         self.host, self.port, self.user = host, port, user
-        self.key_file, self.known_hosts_file = key_file, known_hosts_file
+        # config files say ~/.ssh/...; paramiko does not expand ~
+        self.key_file = os.path.expanduser(key_file) if key_file else None
+        self.known_hosts_file = os.path.expanduser(known_hosts_file)
         self.env = dict(env or {})
         self.connect_timeout, self.retries, self.backoff, self._sleep = connect_timeout, retries, backoff, sleep
         self._client = None

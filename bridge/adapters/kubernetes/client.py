@@ -15,7 +15,9 @@ def api_client(connection) -> Any:
         if connection is not None and connection.in_cluster:
             config.load_incluster_config()
             return client.ApiClient()
-        return config.new_client_from_config(config_file=connection.kubeconfig if connection else None,
+        kubeconfig = connection.kubeconfig if connection and connection.kubeconfig else None
+        return config.new_client_from_config(config_file=__import__("os").path.expanduser(kubeconfig)
+                                             if kubeconfig else None,
                                              context=connection.context if connection else None)
     except config.ConfigException as exc:
         raise BackendUnavailable("kubernetes", f"no usable kubeconfig: {exc}") from None

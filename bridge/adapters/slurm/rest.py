@@ -83,7 +83,7 @@ class RestClient:
     def __init__(self, url: str, user: str | None = None, token_file: str | None = None, timeout: float = 30.0):
         self.url = url.rstrip("/")
         self.user = user or os.environ.get("USER") or "root"
-        self.token_file = token_file
+        self.token_file = os.path.expanduser(token_file) if token_file else None
         self.timeout = timeout
         self.requests = 0  # tests and benchmarks count backend calls
 
