@@ -1064,7 +1064,8 @@ def directive_arg(option: str, value: str | None, where: str) -> str:
     return f'--{option}="{escaped}"'
 
 
-def _slurm_time(seconds: int) -> str:
+def slurm_time(seconds: int) -> str:
+    """Seconds as Slurm's [D-]HH:MM:SS (Slurm itself rounds up to whole minutes)."""
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
@@ -1151,7 +1152,7 @@ def to_script(trainjob: TrainJob) -> str:
         if "time" in extra:
             raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}time]", extra["time"],
                               "disagrees with spec.activeDeadlineSeconds")
-        directives.append(("time", _slurm_time(spec.active_deadline_seconds)))
+        directives.append(("time", slurm_time(spec.active_deadline_seconds)))
     for option, knob in _KNOB_OPTIONS.items():
         if knob in knobs:
             directives.append((option, knobs[knob]))

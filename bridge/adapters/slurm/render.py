@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from bridge import __version__
+from bridge.convert.sbatch import slurm_time
 from bridge.mpi.bootstrap import LaunchSpec
 from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env
 from bridge.shell import join, quote
@@ -16,15 +17,6 @@ from bridge.shell import join, quote
 DEFAULT_OUTPUT = "hpcbridge-%x-%j.out"
 #: prefix of the comment every job carries; the uid after it makes submit idempotent
 COMMENT_PREFIX = "hpcbridge.io/uid="
-
-
-def slurm_time(seconds: int) -> str:
-    """Seconds as Slurm's [D-]HH:MM:SS (Slurm itself rounds up to whole minutes)."""
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
 
 
 def directive_value(value: str) -> str:

@@ -146,6 +146,24 @@ def test_peer_without_sshd_fails_within_the_deadline_naming_it(mpi_hosts, job_ke
     assert finish(procs, timeout=60)["node-1"][0] == 0
 
 
+def wait_for_lines(path: Path, count: int, timeout: float = 120) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (not path.exists() or len(path.read_text().splitlines()) < count):
+        time.sleep(0.2)
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def assert_gone(pids) -> None:
+    """Every rank process has exited (the hosts share one pid namespace; a zombie counts as gone)."""
+    for pid in pids:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            continue
+        with open(f"/proc/{pid}/stat") as stat:
+            assert stat.read().split()[2] == "Z", f"rank process {pid} still running"
+
+
 def test_killed_rank_fails_the_job_and_leaves_nothing_running(mpi_hosts, job_keys) -> None:
     marker = mpi_hosts.base_dir / "rank-pids"
     marker.unlink(missing_ok=True)
@@ -153,22 +171,13 @@ def test_killed_rank_fails_the_job_and_leaves_nothing_running(mpi_hosts, job_key
               "{os.getpid()}\\n')\nMPI.COMM_WORLD.Barrier()\ntime.sleep(300)\n")
     procs = run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi",
                                                             [sys.executable, "-c", script], "kill-rank"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not marker.exists() or len(marker.read_text().splitlines()) < 3):
-        time.sleep(0.2)
-    ranks = dict(line.split() for line in marker.read_text().splitlines())
+    ranks = dict(line.split() for line in wait_for_lines(marker, 3))
     assert len(ranks) == 3
     victim = mpi_hosts.host("node-2")
     mpi_hosts.exec_in_host(victim, ["kill", "-9", ranks["2"]])
     results = finish(procs)
     assert results["node-0"][0] != 0, results["node-0"][1]
-    for pid in ranks.values():  # the netns share the pid namespace: every rank must be gone
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            continue
-        with open(f"/proc/{pid}/stat") as stat:
-            assert stat.read().split()[2] == "Z", f"rank process {pid} still running"
+    assert_gone(ranks.values())
 
 
 def test_sigterm_on_rank_0_stops_every_rank(mpi_hosts, job_keys) -> None:
@@ -178,20 +187,12 @@ def test_sigterm_on_rank_0_stops_every_rank(mpi_hosts, job_keys) -> None:
               "time.sleep(300)\n")
     procs = run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi",
                                                             [sys.executable, "-c", script], "term-job"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not marker.exists() or len(marker.read_text().splitlines()) < 3):
-        time.sleep(0.2)
+    assert len(wait_for_lines(marker, 3)) == 3
     procs["node-0"].send_signal(signal.SIGTERM)
     results = finish(procs)
     assert results["node-0"][0] != 0
     assert all(code is not None for code, _ in results.values())
-    for pid in marker.read_text().split():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            continue
-        with open(f"/proc/{pid}/stat") as stat:
-            assert stat.read().split()[2] == "Z", f"rank process {pid} still running"
+    assert_gone(marker.read_text().split())
 
 
 def test_torchrun_ddp_across_two_hosts(mpi_hosts) -> None:
