@@ -80,7 +80,7 @@ def _prepare(file: str, cluster_name: str | None, to: str | None, runtimes: list
     if len(trainjobs) != 1:
         raise InvalidSpec("file", file, f"expected exactly one TrainJob, found {len(trainjobs)}")
     trainjob = trainjobs[0]
-    runtime = find_runtime(trainjob, all_runtimes(objects, runtimes or []))
+    runtime = find_runtime(trainjob, all_runtimes(objects, runtimes or [], name=trainjob.spec.runtime_ref.name))
     if to is not None:
         if cluster_name is not None:
             raise InvalidSpec("--to", to, "give either --to or --cluster, not both")

@@ -196,7 +196,10 @@ def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | Cluste
             continue
         candidates.append(runtime)
     if not candidates:
-        available = sorted({r.name for r in runtimes if r.kind == kind})
+        from bridge.api.catalog import builtin_runtime_names
+
+        available = sorted({r.name for r in runtimes if r.kind == kind}
+                           | (set(builtin_runtime_names()) if kind == "ClusterTrainingRuntime" else set()))
         hint = f"; known: {', '.join(available)}" if available else ""
         raise InvalidSpec("spec.runtimeRef.name", ref.name, f"no {kind} with this name{hint}")
     return candidates[-1]

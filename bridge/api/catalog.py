@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
-from bridge.api.loader import Resource, load_documents, load_file
+from bridge.api.loader import Resource, load_file, parse_object
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.errors import InvalidSpec
 
@@ -39,9 +39,22 @@ def load_clusters(path: Path | None = None) -> dict[str, BridgeCluster]:
 
 
 @cache
-def builtin_runtimes() -> tuple[RuntimeObject, ...]:
+def _builtin_documents() -> tuple[dict, ...]:
+    import yaml
+
     text = resources.files("bridge.api").joinpath("builtin_runtimes.yaml").read_text(encoding="utf-8")
-    return tuple(obj for obj in load_documents(text, "builtin runtimes") if isinstance(obj, RuntimeObject))
+    return tuple(doc for doc in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if doc)
+
+
+@cache
+def builtin_runtimes(name: str | None = None) -> tuple[RuntimeObject, ...]:
+    """The built-in runtimes; with *name*, only those so named are validated (a CLI run needs one)."""
+    return tuple(parse_object(doc, "builtin runtimes") for doc in _builtin_documents()  # type: ignore[misc]
+                 if name is None or doc["metadata"]["name"] == name)
+
+
+def builtin_runtime_names() -> list[str]:
+    return sorted(doc["metadata"]["name"] for doc in _builtin_documents())
 
 
 def _runtime_files(path: Path, required: bool) -> list[Path]:
@@ -66,7 +79,11 @@ def load_runtimes(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Runti
     return found
 
 
-def all_runtimes(inline: Iterable[Resource], extra_paths: Sequence[str | os.PathLike[str]] = ()) -> list[RuntimeObject]:
-    """Runtimes in precedence order, lowest first: built-in, search path, then those in the input itself."""
+def all_runtimes(inline: Iterable[Resource], extra_paths: Sequence[str | os.PathLike[str]] = (),
+                 name: str | None = None) -> list[RuntimeObject]:
+    """Runtimes in precedence order, lowest first: built-in, search path, then those in the input itself.
+
+    With *name*, built-in runtimes of other names are left unvalidated (they cannot match).
+    """
     inline_runtimes = [obj for obj in inline if isinstance(obj, RuntimeObject)]
-    return [*builtin_runtimes(), *load_runtimes(extra_paths), *inline_runtimes]
+    return [*builtin_runtimes(name), *load_runtimes(extra_paths), *inline_runtimes]

@@ -126,7 +126,7 @@ class SlurmAdapter(Adapter):
     def check(self) -> str:
         if self.rest is not None:
             return self.rest.ping()
-        result = self._check(self.transport.run(["scontrol", "ping"], timeout=30), "scontrol ping")
+        result = self._check(self.transport.run(["scontrol", "ping"], timeout=10), "scontrol ping")
         version = self.transport.run(["sinfo", "--version"], timeout=30).stdout.strip()
         return f"{' '.join(result.stdout.split())}; {version}"
 
