@@ -61,8 +61,10 @@ class FluxConnection(WireModel):
     user: str | None = None
     key_file: str | None = None
     known_hosts_file: str | None = None
-    #: the flux command on the target (e.g. /opt/flux-core/bin/flux)
+    #: the flux command on the target (e.g. /opt/flux-core/bin/flux); its directory goes first on jobs' PATH
     flux_command: str = "flux"
+    #: environment every job starts with (a jobspec's environment is all a job gets), under the TrainJob's
+    environment: dict[str, str] | None = None
 
     @field_validator("uri")
     @classmethod

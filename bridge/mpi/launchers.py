@@ -84,9 +84,8 @@ def calls_torchrun(command: Sequence[str]) -> bool:
 
 
 def flux_run_argv(topology: Topology, command: Sequence[str]) -> list[str]:
-    nodes = len(topology.hosts)
-    return ["flux", "run", f"--nodes={nodes}", f"--ntasks={nodes * topology.slots}",
-            f"--tasks-per-node={topology.slots}", *command]
+    # --tasks-per-node is a per-resource option: flux run refuses it together with --ntasks
+    return ["flux", "run", f"--nodes={len(topology.hosts)}", f"--tasks-per-node={topology.slots}", *command]
 
 
 def srun_argv(topology: Topology, command: Sequence[str], mpi: str | None = None) -> list[str]:

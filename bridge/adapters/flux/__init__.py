@@ -8,10 +8,11 @@ waiting for a job blocks on its eventlog (``flux job wait-event``), not a pollin
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Sequence
 
 from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
-from bridge.adapters.flux.render import render_jobspec
+from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import CommandResult, LocalTransport, SSHTransport, Transport
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
@@ -66,9 +67,17 @@ class FluxAdapter(Adapter):
             self._transport = make_transport(self.cluster)
         return self._transport
 
+    def base_environment(self, plan: LaunchPlan) -> dict[str, str]:
+        """PATH that finds flux (for the batch broker) and the launch command, plus the cluster's env."""
+        conn = self.cluster.spec.flux
+        dirs = [os.path.dirname(path) for path in (self.flux, plan.launch_command[0]) if os.path.isabs(path)]
+        env = dict(conn.environment or {}) if conn else {}
+        path = env.pop("PATH", BASE_PATH)
+        return {"PATH": ":".join(dict.fromkeys([*dirs, *path.split(":")])), **env}
+
     def render(self, plan: LaunchPlan) -> Artifact:
-        return Artifact("flux", "jobspec", plan, (ArtifactFile(f"{plan.name}.jobspec.json", render_jobspec(plan),
-                                                               "application/json"),))
+        text = render_jobspec(plan, self.base_environment(plan))
+        return Artifact("flux", "jobspec", plan, (ArtifactFile(f"{plan.name}.jobspec.json", text, "application/json"),))
 
     def _run(self, args: Sequence[str], what: str, stdin: str | None = None, timeout: float = 60.0,
              check: bool = True) -> CommandResult:
@@ -81,7 +90,7 @@ class FluxAdapter(Adapter):
         raise BackendRejected("flux", f"{what}: {text[:400]}")
 
     def find(self, uid: str, name: str | None = None) -> JobRef | None:
-        args = ["jobs", "--all", "--no-header", "--format={id}"] + ([f"--name={name}"] if name else [])
+        args = ["jobs", "-a", "--no-header", "--format={id.f58}"] + ([f"--name={name}"] if name else [])
         for job_id in self._run(args, "flux jobs").stdout.split():
             info = self._run(["job", "info", job_id, "jobspec"], "flux job info", check=False)
             if not info.ok:
@@ -172,7 +181,7 @@ class FluxAdapter(Adapter):
                 yield context["data"]
 
     def list_jobs(self) -> list[JobStatus]:
-        ids = self._run(["jobs", "--all", "--no-header", "--format={id}"], "flux jobs").stdout.split()
+        ids = self._run(["jobs", "-a", "--no-header", "--format={id.f58}"], "flux jobs").stdout.split()
         refs = [JobRef(self.cluster.name, "flux", job_id, "", "") for job_id in ids]
         return list(self.poll(refs).values())
 

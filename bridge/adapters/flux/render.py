@@ -43,12 +43,16 @@ def batch_script(plan: LaunchPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _system(plan: LaunchPlan) -> dict[str, Any]:
+#: a jobspec's environment is the job's whole environment (the flux CLI copies the submitter's; we don't)
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]:
     check_shell_env(plan)
     system: dict[str, Any] = {
         # RFC 25 requires duration; 0 means unlimited (bounded by the instance)
         "duration": float(plan.time_limit_seconds or 0),
-        "environment": {entry.name: entry.value or "" for entry in plan.env},
+        "environment": {"PATH": BASE_PATH, **(base_env or {}), **{entry.name: entry.value or "" for entry in plan.env}},
         "job": {"name": plan.name},
         "shell": {"options": {}},
     }
@@ -71,14 +75,15 @@ def _user(plan: LaunchPlan) -> dict[str, Any]:
     return {"hpcbridge": {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name, "cluster": plan.cluster}}
 
 
-def batch_jobspec(plan: LaunchPlan) -> dict[str, Any]:
+def batch_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> dict[str, Any]:
     """``flux batch`` style: one broker per node runs a subinstance whose initial program is the script."""
     cores = max(plan.resources.cpu_count or 0, plan.procs_per_node, 1)
     slot_with: list[dict[str, Any]] = [{"type": "core", "count": cores}]
     if plan.resources.gpus:
         slot_with.append({"type": "gpu", "count": plan.resources.gpus})
-    system = _system(plan)
-    system["files"] = {"script": {"mode": 0o700, "data": batch_script(plan), "encoding": "utf-8"}}
+    system = _system(plan, base_env)
+    # RFC 37 modes are full st_mode values: a regular file (S_IFREG) the owner may read and execute
+    system["files"] = {"script": {"mode": 0o100700, "data": batch_script(plan), "encoding": "utf-8"}}
     # as `flux batch` sets them: brokers one per node, no MPI personality, no early exit of the subinstance
     system["shell"]["options"] = {"per-resource": {"type": "node"}, "mpi": "none", "exit-timeout": "none"}
     return {
@@ -90,7 +95,7 @@ def batch_jobspec(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-def direct_jobspec(plan: LaunchPlan) -> dict[str, Any]:
+def direct_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> dict[str, Any]:
     """``flux run -N nodes -n nodes*procs -c cores -g gpus`` style: Flux's shell starts every rank (PMI)."""
     per_task_cores = max(1, (plan.resources.cpu_count or plan.procs_per_node) // plan.procs_per_node)
     slot_with: list[dict[str, Any]] = [{"type": "core", "count": per_task_cores}]
@@ -102,16 +107,17 @@ def direct_jobspec(plan: LaunchPlan) -> dict[str, Any]:
         "resources": [{"type": "node", "count": plan.nodes,
                        "with": [{"type": "slot", "count": plan.procs_per_node, "label": "task", "with": slot_with}]}],
         "tasks": [{"command": list(plan.exec_argv), "slot": "task", "count": {"per_slot": 1}}],
-        "attributes": {"system": _system(plan), "user": _user(plan)},
+        "attributes": {"system": _system(plan, base_env), "user": _user(plan)},
     }
 
 
-def jobspec(plan: LaunchPlan) -> dict[str, Any]:
+def jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """*base_env* is the cluster's environment for jobs (at least a PATH that finds flux and hpcbridge)."""
     # runtimes whose launcher is Flux's own PMI go direct; everything else runs hpcbridge launch in a batch
-    spec = direct_jobspec(plan) if plan.launcher == Launcher.FLUX else batch_jobspec(plan)
+    spec = direct_jobspec(plan, base_env) if plan.launcher == Launcher.FLUX else batch_jobspec(plan, base_env)
     validate_jobspec(spec)
     return spec
 
 
-def render_jobspec(plan: LaunchPlan) -> str:
-    return json.dumps(jobspec(plan), indent=2, ensure_ascii=False) + "\n"
+def render_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> str:
+    return json.dumps(jobspec(plan, base_env), indent=2, ensure_ascii=False) + "\n"
