@@ -33,7 +33,8 @@ def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
     if (jobset.get("spec") or {}).get("suspend"):
         return JobState.SUSPENDED, "Suspended", None
     counts = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
-    if any((c.get("ready") or 0) > 0 or (c.get("active") or 0) > 0 for c in counts):
+    # "active" also counts pods still waiting for a node: only ready (or finished) pods mean running
+    if any((c.get("ready") or 0) > 0 or (c.get("succeeded") or 0) > 0 for c in counts):
         return JobState.RUNNING, None, None
     return JobState.PENDING, None, None
 

@@ -1,0 +1,223 @@
+"""The Kubernetes adapter against the real control plane: JobSets scheduled on kwok nodes by the real
+scheduler, run by the real Job and JobSet controllers; CRDs applied to the real API server."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.adapters.base import JobState
+from bridge.adapters.kubernetes import GROUP, PLURAL, VERSION, KubernetesAdapter
+from bridge.api import load_documents
+from bridge.api.catalog import builtin_runtimes
+from bridge.api.cluster import BridgeCluster
+from bridge.plan import find_runtime, resolve
+from tests.harness.kube import FAIL_LABEL
+
+pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def cluster_for(kube_cluster, namespace: str) -> BridgeCluster:
+    return BridgeCluster.model_validate({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "k8s"},
+        "spec": {"type": "kubernetes", "kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig),
+                                                      "namespace": namespace}}})
+
+
+def trainjob(name: str, runtime: str, namespace: str, pod_labels: dict | None = None, backoff_limit=None,
+             **trainer):
+    spec = {"runtimeRef": {"name": runtime}, "trainer": {"command": ["python3", "train.py"], **trainer}}
+    if pod_labels:
+        job_spec = {"template": {"metadata": {"labels": pod_labels}}}
+        if backoff_limit is not None:
+            job_spec["backoffLimit"] = backoff_limit
+        spec["runtimePatches"] = [{"manager": "hpcbridge.io/tests", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": job_spec}}]}}}}]
+    return load_documents(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace}, "spec": spec}))[0]
+
+
+def submit(adapter, job):
+    plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
+    return plan, adapter.submit(adapter.render(plan))
+
+
+def wait_for(adapter, ref, predicate, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        status = adapter.poll([ref])[ref]
+        if predicate(status) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)
+
+
+def pods(kube_api, namespace: str, jobset: str):
+    from kubernetes import client
+
+    return client.CoreV1Api(kube_api).list_namespaced_pod(
+        namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={jobset}").items
+
+
+def test_torch_two_nodes_scheduled_and_completed(kube_cluster, kube_api, namespace) -> None:
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    plan, ref = submit(adapter, trainjob("torch-two", "torch-distributed", namespace, numNodes=2,
+                                         env=[{"name": "EPOCHS", "value": "3"}],
+                                         resourcesPerNode={"requests": {"cpu": "2", "memory": "4Gi",
+                                                                        "nvidia.com/gpu": "1"}}))
+    status = wait_for(adapter, ref, lambda s: s.state.finished)
+    assert status.state == JobState.SUCCEEDED, status
+    created = pods(kube_api, namespace, "torch-two")
+    assert len(created) == 2
+    for pod in created:
+        assert pod.spec.node_name in kube_cluster.node_names
+        node = next(c for c in pod.spec.containers if c.name == "node")
+        assert node.resources.requests == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
+        env = {e.name: e.value for e in node.env}
+        assert env["EPOCHS"] == "3" and env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "1"
+        assert env["PET_MASTER_ADDR"] == "torch-two-node-0-0.torch-two"
+        assert pod.metadata.labels["hpcbridge.io/uid"] == plan.uid
+
+
+def test_failing_pod_fails_the_trainjob_with_a_reason(kube_cluster, namespace) -> None:
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    _, ref = submit(adapter, trainjob("torch-fails", "torch-distributed", namespace, pod_labels={FAIL_LABEL: "true"},
+                                      backoff_limit=0))  # no retries with growing back-off
+    status = wait_for(adapter, ref, lambda s: s.state.finished)
+    assert status.state == JobState.FAILED
+    assert status.reason  # the JobSet controller's reason, e.g. FailedJobs
+
+
+def test_mpi_four_nodes_two_slots(kube_cluster, kube_api, namespace) -> None:
+    from kubernetes import client
+
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    _, ref = submit(adapter, trainjob("mpi-four", "mpi-distributed", namespace, numNodes=4, numProcPerNode=2))
+    core = client.CoreV1Api(kube_api)
+    hostfile = core.read_namespaced_config_map("mpi-four-mpi-hostfile", namespace).data["hostfile"]
+    assert hostfile.splitlines() == [f"mpi-four-node-0-{i}.mpi-four slots=2" for i in range(3)] + \
+        ["mpi-four-launcher-0-0.mpi-four slots=2"]
+    secret = core.read_namespaced_secret("mpi-four-mpi-ssh-auth", namespace)
+    assert secret.type == "kubernetes.io/ssh-auth" and secret.immutable
+    assert base64.b64decode(secret.data["ssh-privatekey"]).startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert base64.b64decode(secret.data["ssh-publickey"]).startswith(b"ssh-ed25519 ")
+    jobset = client.CustomObjectsApi(kube_api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                             "mpi-four")
+    jobs = {job["name"]: job for job in jobset["spec"]["replicatedJobs"]}
+    assert list(jobs) == ["node", "launcher"]
+    assert jobs["node"]["template"]["spec"]["parallelism"] == 3
+    assert jobs["launcher"]["dependsOn"] == [{"name": "node", "status": "Ready"}]
+    launcher = jobs["launcher"]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "mpi-hostfile", "mountPath": "/etc/mpi"} in launcher["volumeMounts"]
+    assert wait_for(adapter, ref, lambda s: s.state.finished).state == JobState.SUCCEEDED
+
+
+def test_unsatisfiable_gpu_request_is_pending_with_the_schedulers_reason(kube_cluster, namespace) -> None:
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    _, ref = submit(adapter, trainjob("too-many-gpus", "torch-distributed", namespace,
+                                      resourcesPerNode={"requests": {"nvidia.com/gpu": "100"}}))
+    status = wait_for(adapter, ref, lambda s: s.reason == "Unschedulable")
+    assert status.state == JobState.PENDING
+    assert "Insufficient nvidia.com/gpu" in (status.message or "")
+    adapter.cancel(ref)
+
+
+def test_submit_twice_is_one_jobset_and_cancel_deletes_everything(kube_cluster, kube_api, namespace) -> None:
+    from kubernetes import client
+
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    job = trainjob("once", "mpi-distributed", namespace, numNodes=2,
+                   pod_labels={"pod-complete.stage.kwok.x-k8s.io/never": "true"})
+    _, first = submit(adapter, job)
+    _, second = submit(adapter, job)
+    assert first == second
+    custom = client.CustomObjectsApi(kube_api)
+    assert len(custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]) == 1
+    adapter.cancel(first)
+    core = client.CoreV1Api(kube_api)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = (custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"],
+                core.list_namespaced_secret(namespace, label_selector="hpcbridge.io/uid").items,
+                core.list_namespaced_config_map(namespace, label_selector="hpcbridge.io/uid").items,
+                [p for p in pods(kube_api, namespace, "once") if not p.metadata.deletion_timestamp])
+        if not any(left):
+            break
+        time.sleep(0.2)
+    assert not any(left), left
+
+
+def test_cli_submit_status_list_cancel(kube_cluster, namespace, tmp_path) -> None:
+    config = tmp_path / "clusters.yaml"
+    config.write_text(yaml.safe_dump(cluster_for(kube_cluster, namespace).to_wire()))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                   "metadata": {"name": "from-cli", "namespace": namespace},
+                                   "spec": {"runtimeRef": {"name": "torch-distributed"},
+                                            "trainer": {"numNodes": 2, "command": ["python3", "t.py"]}}}))
+    env = {**os.environ, "HPCBRIDGE_CONFIG": str(config)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True, env=env,
+                              timeout=180)
+
+    submitted = cli("submit", str(job), "--cluster", "k8s", "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.strip() == f"{namespace}/from-cli"
+    status = yaml.safe_load(cli("status", "from-cli", "--cluster", "k8s", "-o", "yaml").stdout)
+    assert status[0]["state"] == "Succeeded"
+    assert [row["job"] for row in yaml.safe_load(cli("list", "--cluster", "k8s", "-o", "yaml").stdout)] == \
+        [f"{namespace}/from-cli"]
+    assert cli("cancel", "from-cli", "--cluster", "k8s").returncode == 0
+    assert "ok: Kubernetes v1.36" in cli("clusters", "check").stdout
+
+
+def test_crds_accept_examples_and_reject_invalid_objects(kube_cluster, kube_api, namespace) -> None:
+    from kubernetes import client, utils
+    from kubernetes.client.exceptions import ApiException
+
+    ext = client.ApiextensionsV1Api(kube_api)
+    for path in sorted((ROOT / "manifests" / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(crd)
+        except ApiException as exc:
+            assert exc.status == 409, exc.body  # created by an earlier test in this run
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        names = {c.metadata.name for c in ext.list_custom_resource_definition().items
+                 if any(cond.type == "Established" and cond.status == "True" for cond in (c.status.conditions or []))}
+        if {"trainjobs.trainer.kubeflow.org", "clustertrainingruntimes.trainer.kubeflow.org"} <= names:
+            break
+        time.sleep(0.2)
+    custom = client.CustomObjectsApi(kube_api)
+    runtimes = list(yaml.safe_load_all((ROOT / "bridge" / "api" / "builtin_runtimes.yaml").read_text()))
+    for runtime in runtimes:
+        try:
+            custom.create_cluster_custom_object("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", runtime)
+        except ApiException as exc:
+            assert exc.status == 409, exc.body
+    for example in ("mpi-allreduce.yaml", "torch-ddp.yaml"):
+        body = yaml.safe_load((ROOT / "examples" / example).read_text())
+        body["metadata"]["namespace"] = namespace
+        custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", body)
+    bad = yaml.safe_load((ROOT / "examples" / "mpi-allreduce.yaml").read_text())
+    bad["metadata"]["name"] = "Bad_Name"
+    with pytest.raises(ApiException) as info:
+        custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", bad)
+    assert "RFC 1035 DNS label" in info.value.body
+    bad = yaml.safe_load((ROOT / "examples" / "mpi-allreduce.yaml").read_text())
+    bad["metadata"]["name"] = "negative"
+    bad["spec"]["trainer"]["numNodes"] = -1
+    with pytest.raises(ApiException) as info:
+        custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", bad)
+    assert "spec.trainer.numNodes" in info.value.body and "greater than or equal to 0" in info.value.body
+    del utils
