@@ -93,6 +93,10 @@ class Adapter(ABC):
     def submit(self, artifact: Artifact) -> JobRef:
         raise self._unsupported("submit")
 
+    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
+        """Submit several jobs; backends override this to look all of them up at once."""
+        return [self.submit(artifact) for artifact in artifacts]
+
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
         """States of many jobs with one backend query."""
         raise self._unsupported("poll")

@@ -94,12 +94,32 @@ class KubernetesAdapter(Adapter):
         return None
 
     def submit(self, artifact: Artifact) -> JobRef:
+        return self.submit_many([artifact])[0]
+
+    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
+        """One JobSet list per namespace finds what already exists; only the rest is created."""
+        known: dict[str, JobRef] = {}
+        for namespace in {self._namespace(a.plan.namespace) for a in artifacts}:
+            uids = sorted({a.plan.uid for a in artifacts if self._namespace(a.plan.namespace) == namespace})
+            for first in range(0, len(uids), 100):  # keeps the selector well inside URL limits
+                # the server filters by the set of uids: the answer holds only jobs that already exist
+                selector = f"{UID_LABEL} in ({','.join(uids[first:first + 100])})"
+                listing = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION,
+                                     namespace, PLURAL, label_selector=selector)
+                for item in listing.get("items", []):
+                    name, uid = item["metadata"]["name"], item["metadata"]["labels"][UID_LABEL]
+                    known[uid] = JobRef(self.cluster.name, "kubernetes", f"{namespace}/{name}", uid, name)
+        refs = []
+        for artifact in artifacts:
+            if artifact.plan.uid not in known:
+                known[artifact.plan.uid] = self._create_all(artifact)
+            refs.append(known[artifact.plan.uid])
+        return refs
+
+    def _create_all(self, artifact: Artifact) -> JobRef:
         plan = artifact.plan
         namespace = self._namespace(plan.namespace)
-        existing = self.find(plan.uid, namespace)
-        if existing is not None:
-            return existing
-        objects = list(yaml.safe_load_all(artifact.main))
+        objects = list(yaml.load_all(artifact.main, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
         core, custom = self._core(), self._custom()
         created: list[tuple[str, str]] = []
         for obj in objects:
