@@ -89,31 +89,52 @@ class FluxAdapter(Adapter):
             raise BackendUnavailable("flux", f"{what}: {text[:400]}")
         raise BackendRejected("flux", f"{what}: {text[:400]}")
 
+    def _uid_of(self, job_id: str) -> tuple[str | None, str]:
+        info = self._run(["job", "info", job_id, "jobspec"], "flux job info", check=False)
+        try:
+            user = json.loads(info.stdout)["attributes"].get("user", {}) if info.ok else {}
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            return None, ""
+        meta = user.get("hpcbridge", {}) if isinstance(user, dict) else {}
+        return meta.get("uid"), str(meta.get("name", ""))
+
+    def _ids_by_name(self) -> dict[str, list[str]]:
+        listing = self._run(["jobs", "-a", "--no-header", "--format={id.f58} {name}"], "flux jobs").stdout
+        names: dict[str, list[str]] = {}
+        for line in listing.splitlines():
+            job_id, _, name = line.partition(" ")
+            names.setdefault(name.strip(), []).append(job_id)
+        return names
+
     def find(self, uid: str, name: str | None = None) -> JobRef | None:
-        args = ["jobs", "-a", "--no-header", "--format={id.f58}"] + ([f"--name={name}"] if name else [])
-        for job_id in self._run(args, "flux jobs").stdout.split():
-            info = self._run(["job", "info", job_id, "jobspec"], "flux job info", check=False)
-            if not info.ok:
-                continue
-            try:
-                user = json.loads(info.stdout)["attributes"].get("user", {})
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-            meta = user.get("hpcbridge", {}) if isinstance(user, dict) else {}
-            if meta.get("uid") == uid:
-                return JobRef(self.cluster.name, "flux", job_id, uid, str(meta.get("name", name or "")))
+        candidates = self._ids_by_name()
+        for job_id in (candidates.get(name, []) if name else [i for ids in candidates.values() for i in ids]):
+            found_uid, found_name = self._uid_of(job_id)
+            if found_uid == uid:
+                return JobRef(self.cluster.name, "flux", job_id, uid, found_name or name or "")
         return None
 
     def submit(self, artifact: Artifact) -> JobRef:
-        plan = artifact.plan
-        existing = self.find(plan.uid, plan.name)
-        if existing is not None:
-            return existing
-        result = self._run(["job", "submit"], "flux job submit", stdin=artifact.main)
-        job_id = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-        if not job_id:
-            raise BackendUnavailable("flux", "flux job submit printed no job id")
-        return JobRef(self.cluster.name, "flux", job_id, plan.uid, plan.name)
+        return self.submit_many([artifact])[0]
+
+    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
+        """One job listing for all; only jobs whose name matches are opened to compare uids."""
+        by_name = self._ids_by_name()
+        refs = []
+        for artifact in artifacts:
+            plan = artifact.plan
+            existing = next((job_id for job_id in by_name.get(plan.name, []) if self._uid_of(job_id)[0] == plan.uid),
+                            None)
+            if existing is None:
+                # a suspended TrainJob is submitted held (urgency 0); `flux job urgency ID 16` releases it
+                hold = ["--urgency=0"] if plan.suspend else []
+                result = self._run(["job", "submit", *hold], "flux job submit", stdin=artifact.main)
+                existing = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+                if not existing:
+                    raise BackendUnavailable("flux", "flux job submit printed no job id")
+                by_name.setdefault(plan.name, []).append(existing)
+            refs.append(JobRef(self.cluster.name, "flux", existing, plan.uid, plan.name))
+        return refs
 
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
         if not refs:
@@ -181,8 +202,8 @@ class FluxAdapter(Adapter):
                 yield context["data"]
 
     def list_jobs(self) -> list[JobStatus]:
-        ids = self._run(["jobs", "-a", "--no-header", "--format={id.f58}"], "flux jobs").stdout.split()
-        refs = [JobRef(self.cluster.name, "flux", job_id, "", "") for job_id in ids]
+        refs = [JobRef(self.cluster.name, "flux", job_id, "", name)
+                for name, ids in self._ids_by_name().items() for job_id in ids]
         return list(self.poll(refs).values())
 
     def check(self) -> str:

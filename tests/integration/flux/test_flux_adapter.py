@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,41 @@ def test_batch_job_completes_with_logs(flux_cluster, tmp_path) -> None:
     _, ref = run(adapter, trainjob("hello", "sbatch-script", ["sh", "-c", "echo hello from flux"], tmp_path))
     status = adapter.wait(ref, timeout=120)
     assert (status.state, status.exit_code) == (JobState.SUCCEEDED, 0)
+    assert "hello from flux" in "".join(adapter.logs(ref))
+
+
+def test_cancel_a_running_job(flux_cluster, tmp_path) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    _, ref = run(adapter, trainjob("long", "sbatch-script", ["sleep", "300"], tmp_path))
+    deadline = time.monotonic() + 60
+    while adapter.poll([ref])[ref].state != JobState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+    adapter.cancel(ref)
+    assert adapter.wait(ref, timeout=120).state == JobState.CANCELLED
+
+
+def test_suspended_trainjob_is_held(flux_cluster, tmp_path) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    job = trainjob("held", "sbatch-script", ["true"], tmp_path)
+    job.spec.suspend = True
+    _, ref = run(adapter, job)
+    assert adapter.poll([ref])[ref].state == JobState.PENDING
+    adapter.cancel(ref)
+
+
+def test_ssh_uri(flux_cluster, flux_uri, tmp_path, monkeypatch) -> None:
+    """ssh:// URIs go through FLUX_SSH; a stand-in that runs the remote command here replaces sshd."""
+    wrapper = tmp_path / "fake-ssh"
+    wrapper.write_text('#!/bin/sh\n# drop [-p port] [user@]host, run the rest here\n'
+                       'while [ "$1" = "-p" ]; do shift 2; done\nshift\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("FLUX_SSH", str(wrapper))
+    remote = flux_cluster.model_copy(deep=True)
+    remote.spec.flux.uri = "ssh://localhost" + flux_uri.removeprefix("local://")
+    adapter = FluxAdapter(remote)
+    _, ref = run(adapter, trainjob("over-ssh-uri", "sbatch-script", ["sh", "-c", "echo via ssh uri"], tmp_path))
+    assert adapter.wait(ref, timeout=120).state == JobState.SUCCEEDED
+    assert "via ssh uri" in "".join(adapter.logs(ref))
 
 
 def test_failing_job_exit_code(flux_cluster, tmp_path) -> None:
@@ -63,10 +100,35 @@ def test_timeout(flux_cluster, tmp_path) -> None:
     assert adapter.wait(ref, timeout=120).state == JobState.TIMEOUT
 
 
-@pytest.mark.parametrize("runtime", ["mpi-distributed", "mpich-distributed"])
-def test_two_node_mpi_allreduce_inside_flux(flux_cluster, tmp_path, runtime) -> None:
+ALLREDUCE_C = r"""
+#include <mpi.h>
+#include <stdio.h>
+int main(int c, char **v) { int r, s, x; MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  MPI_Comm_size(MPI_COMM_WORLD, &s); int one = r + 1; MPI_Allreduce(&one, &x, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (r == 0) printf("allreduce result: %d %s\n", x, x == s * (s + 1) / 2 ? "OK" : "WRONG");
+  MPI_Finalize(); return 0; }
+"""
+
+
+@pytest.mark.parametrize(("runtime", "compiler"), [("mpi-distributed", "mpicc.openmpi"),
+                                                   ("mpich-distributed", "mpicc.mpich")])
+def test_two_node_mpi_allreduce_inside_flux(flux_cluster, tmp_path, runtime, compiler) -> None:
+    """2 nodes x 2 ranks inside a Flux allocation through hpcbridge launch (flux run + Flux's PMI)."""
+    (tmp_path / "a.c").write_text(ALLREDUCE_C)
+    subprocess.run([compiler, "-o", str(tmp_path / "allreduce"), str(tmp_path / "a.c")], check=True)
     adapter = FluxAdapter(flux_cluster)
-    job = trainjob(f"mpi-{runtime.split('-')[0]}", runtime, [sys.executable, str(ROOT / "examples" / "mpi_allreduce.py")],
+    job = trainjob(f"mpi-{runtime.split('-')[0]}", runtime, [str(tmp_path / "allreduce")], tmp_path,
+                   numNodes=2, numProcPerNode=2)
+    _, ref = run(adapter, job)
+    status = adapter.wait(ref, timeout=300)
+    text = "".join(adapter.logs(ref))
+    assert status.state == JobState.SUCCEEDED, text
+    assert "allreduce result: 10 OK" in text
+
+
+def test_mpi4py_allreduce_inside_flux(flux_cluster, tmp_path) -> None:
+    adapter = FluxAdapter(flux_cluster)
+    job = trainjob("mpi4py", "mpi-distributed", [sys.executable, str(ROOT / "examples" / "mpi_allreduce.py")],
                    tmp_path, numNodes=2, numProcPerNode=1)
     _, ref = run(adapter, job)
     status = adapter.wait(ref, timeout=300)
