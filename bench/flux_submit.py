@@ -72,7 +72,7 @@ def main() -> None:
         print(f"{count} submissions through hpc-bridge:    {ours:6.2f} s")
         print(f"ratio hpc-bridge / flux submit:        {ours / raw:6.2f}x   (target <= 1.10)")
         for ref in refs:
-            adapter._run(["cancel", ref.job_id], "flux cancel", check=False)
+            adapter.client.run(["cancel", ref.job_id], "flux cancel", check=False)
         latencies = []
         for i in range(5):
             job = load_documents(yaml.safe_dump({
@@ -82,7 +82,7 @@ def main() -> None:
             ref = adapter.submit(adapter.render(resolve(job, find_runtime(job, builtin_runtimes()), cluster)))
             status = adapter.wait(ref, timeout=120)
             seen = time.time()
-            info = json.loads(adapter._run(["jobs", "--json", ref.job_id], "flux jobs").stdout)
+            info = json.loads(adapter.client.run(["jobs", "--json", ref.job_id], "flux jobs").stdout)
             assert status.state.value == "Succeeded"
             latencies.append(seen - info["t_inactive"])
         print(f"state latency (job inactive -> wait returns): {statistics.median(latencies) * 1000:5.0f} ms median "

@@ -1,0 +1,186 @@
+"""Two ways to talk to a Flux broker, one interface: the ``flux`` command (here or over SSH) and flux-python.
+
+The command works with any broker version; flux-python (``pip install hpc-bridge[flux]``, the release that
+matches the broker) saves a process per call and is imported only when a cluster asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal as signals
+from collections.abc import Sequence
+from typing import Any
+
+from bridge.adapters.transport import CommandResult, Transport
+from bridge.errors import BackendRejected, BackendUnavailable
+
+_TRANSIENT = ("Connection refused", "No such file or directory", "Unable to connect", "flux_open",
+              "broker is not running", "Connection reset")
+
+
+class FluxCLI:
+    """The ``flux`` command over a Transport."""
+
+    def __init__(self, transport: Transport, flux: str = "flux") -> None:
+        self.transport, self.flux = transport, flux
+
+    def run(self, args: Sequence[str], what: str, stdin: str | None = None, timeout: float = 60.0,
+            check: bool = True) -> CommandResult:
+        result = self.transport.run([self.flux, *args], stdin=stdin, timeout=timeout)
+        if result.ok or not check:
+            return result
+        text = " ".join((result.stderr.strip() or result.stdout.strip() or f"exit {result.returncode}").split())
+        if any(marker in text for marker in _TRANSIENT):
+            raise BackendUnavailable("flux", f"{what}: {text[:400]}")
+        raise BackendRejected("flux", f"{what}: {text[:400]}")
+
+    def ids_by_name(self) -> dict[str, list[str]]:
+        listing = self.run(["jobs", "-a", "--no-header", "--format={id.f58} {name}"], "flux jobs").stdout
+        names: dict[str, list[str]] = {}
+        for line in listing.splitlines():
+            job_id, _, name = line.partition(" ")
+            names.setdefault(name.strip(), []).append(job_id)
+        return names
+
+    def jobspec(self, job_id: str) -> dict[str, Any] | None:
+        info = self.run(["job", "info", job_id, "jobspec"], "flux job info", check=False)
+        try:
+            return json.loads(info.stdout) if info.ok else None
+        except json.JSONDecodeError:
+            return None
+
+    def submit(self, jobspec: str, urgency: int | None) -> str:
+        hold = [f"--urgency={urgency}"] if urgency is not None else []
+        result = self.run(["job", "submit", *hold], "flux job submit", stdin=jobspec)
+        job_id = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+        if not job_id:
+            raise BackendUnavailable("flux", "flux job submit printed no job id")
+        return job_id
+
+    def jobs(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """``flux jobs --json`` entries for *ids* (one call)."""
+        result = self.run(["jobs", "--json", *ids], "flux jobs", check=False)
+        found = []
+        for line in result.stdout.splitlines():
+            try:
+                payload = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            found += payload.get("jobs", [payload]) if isinstance(payload, dict) else []
+        if not found and not result.ok and not any(m in result.stderr for m in ("unknown", "not found")):
+            self.run(["jobs", "--json", *ids], "flux jobs")  # raises the typed error
+        return found
+
+    def wait_clean(self, job_id: str, timeout: float) -> bool:
+        done = self.run(["job", "wait-event", f"--timeout={timeout:g}", job_id, "clean"], "flux job wait-event",
+                        timeout=timeout + 30, check=False)
+        return done.ok
+
+    def kill(self, job_id: str, signal: str) -> None:
+        self.run(["job", "kill", f"--signal={signal}", job_id], "flux job kill")
+
+    def cancel(self, job_id: str) -> None:
+        self.run(["cancel", job_id], "flux cancel")
+
+    def output(self, job_id: str, follow: bool) -> list[str]:
+        if follow:
+            return [self.run(["job", "attach", "--read-only", job_id], "flux job attach", timeout=24 * 3600,
+                             check=False).stdout]
+        result = self.run(["job", "eventlog", "--format=json", "--path=guest.output", job_id], "flux job eventlog")
+        chunks = []
+        for line in result.stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            context = event.get("context", {})
+            if event.get("name") == "data" and "data" in context:
+                chunks.append(context["data"])
+        return chunks
+
+    def describe(self) -> str:
+        version = self.run(["version"], "flux version").stdout.splitlines()
+        size = self.run(["getattr", "size"], "flux getattr size").stdout.strip()
+        return f"{version[0] if version else 'flux'}; instance size {size}"
+
+
+class FluxPython:
+    """flux-python: one handle per adapter (``local://`` or ``ssh://`` URIs)."""
+
+    def __init__(self, uri: str | None) -> None:
+        try:
+            import flux
+            import flux.job  # needs ply, which flux-python's metadata forgets
+        except ImportError as exc:
+            raise BackendUnavailable("flux", f"flux-python is not importable ({exc}); install hpc-bridge[flux] "
+                                             "with the release matching the broker, or use transport: cli") from None
+        self._flux, self._job = flux, flux.job
+        try:
+            self.handle = flux.Flux(uri) if uri else flux.Flux()
+        except OSError as exc:
+            raise BackendUnavailable("flux", f"cannot open {uri or '$FLUX_URI'}: {exc}") from None
+
+    def _id(self, job_id: str):
+        return self._job.JobID(job_id)
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            raise BackendRejected("flux", f"{what}: {exc.strerror or exc}") from None
+
+    def ids_by_name(self) -> dict[str, list[str]]:
+        names: dict[str, list[str]] = {}
+        jobs = self._call("job list", lambda: self._job.JobList(self.handle, attrs=["name"], max_entries=0,
+                                                                user="all").jobs())
+        for info in jobs:
+            names.setdefault(info.name, []).append(info.id.f58)
+        return names
+
+    def jobspec(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            reply = self.handle.rpc("job-info.lookup", {"id": int(self._id(job_id)), "keys": ["jobspec"],
+                                                        "flags": 0}).get()
+        except OSError:
+            return None
+        value = reply.get("jobspec")
+        return json.loads(value) if isinstance(value, str) else value
+
+    def submit(self, jobspec: str, urgency: int | None) -> str:
+        kwargs = {"urgency": urgency} if urgency is not None else {}
+        return self._call("submit", self._job.submit, self.handle, jobspec, **kwargs).f58
+
+    def jobs(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """One job-list RPC for all *ids*, in the shape ``flux jobs --json`` prints."""
+        infos = self._call("job list", lambda: self._job.JobList(self.handle, ids=[self._id(i) for i in ids],
+                                                                 user="all").jobs())
+        found = []
+        for info in infos:
+            exception = {"occurred": bool(getattr(info, "exception", None) and info.exception.occurred)}
+            if exception["occurred"]:
+                exception.update(type=info.exception.type, note=info.exception.note)
+            found.append({"id": int(info.id), "jobid": info.id.f58, "state": info.state, "result": info.result,
+                          "returncode": info.returncode, "nodelist": info.nodelist, "exception": exception})
+        return found
+
+    def wait_clean(self, job_id: str, timeout: float) -> bool:
+        """Blocks on the eventlog (the RPC streams events; no polling); the broker ends it at ``clean``."""
+        try:
+            self._job.event_wait(self.handle, self._id(job_id), "clean", raiseJobException=False)
+        except OSError:
+            return False
+        return True
+
+    def kill(self, job_id: str, signal: str) -> None:
+        signum = getattr(signals, f"SIG{signal.upper().removeprefix('SIG')}")
+        self._call("kill", self._job.kill, self.handle, self._id(job_id), signum)
+
+    def cancel(self, job_id: str) -> None:
+        self._call("cancel", self._job.cancel, self.handle, self._id(job_id))
+
+    def output(self, job_id: str, follow: bool) -> list[str]:
+        out = self._call("output", self._job.job_output, self.handle, self._id(job_id), nowait=not follow)
+        return [out.stdout, out.stderr] if out.stderr else [out.stdout]
+
+    def describe(self) -> str:
+        return f"flux-python {getattr(self._flux, '__version__', '?')}; instance size {self.handle.attr_get('size')}"
