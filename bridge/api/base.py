@@ -20,8 +20,6 @@ class WireModel(BaseModel):
         populate_by_name=True,
         extra="forbid",
         validate_assignment=False,
-        # build validators on first use: a CLI run validates a few top-level kinds, not every fragment
-        defer_build=True,
         frozen=False,
         str_strip_whitespace=False,
     )
