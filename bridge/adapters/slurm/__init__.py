@@ -218,7 +218,7 @@ class SlurmAdapter(Adapter):
             self.rest.cancel(ref.job_id, signal)
             return
         if signal or grace_seconds:
-            self._check(self.transport.run(["scancel", "--batch", "--full", f"--signal={signal or 'TERM'}",
+            self._check(self.transport.run(["scancel", f"--signal={signal or 'TERM'}",
                                             ref.job_id]), "scancel")
             if not grace_seconds:
                 return

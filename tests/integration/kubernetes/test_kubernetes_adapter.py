@@ -221,3 +221,16 @@ def test_crds_accept_examples_and_reject_invalid_objects(kube_cluster, kube_api,
         custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", bad)
     assert "spec.trainer.numNodes" in info.value.body and "greater than or equal to 0" in info.value.body
     del utils
+
+
+def test_logs_are_what_the_api_server_gives(kube_cluster, namespace) -> None:
+    """kwok runs no kubelet, so the API server cannot fetch container logs: the adapter says so with a typed
+    error instead of a traceback (on a real cluster the same call returns each node pod's log)."""
+    from bridge.errors import BridgeError
+
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    _, ref = submit(adapter, trainjob("logs", "torch-distributed", namespace))
+    wait_for(adapter, ref, lambda s: s.state.finished)
+    with pytest.raises(BridgeError) as info:
+        list(adapter.logs(ref))
+    assert "read log" in str(info.value)

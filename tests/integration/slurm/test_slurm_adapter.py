@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 
 import pytest
 import yaml
@@ -160,3 +161,26 @@ def test_mpi_job_on_the_allocation(adapter, tmp_path) -> None:
     assert status.state == JobState.SUCCEEDED, text
     assert "allreduce result: 10 OK" in text
     assert len(re.findall(r"rank \d/4 on ", text)) == 4
+
+
+def test_logs_follow_until_the_job_ends(adapter, tmp_path) -> None:
+    job = trainjob("follows", ["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 1; done"],
+                   annotations={"hpcbridge.io/workdir": str(tmp_path), "hpcbridge.io/output": f"{tmp_path}/%x-%j.out"})
+    _, ref = submit(adapter, job)
+    wait_for(adapter, ref, state_is(JobState.RUNNING))
+    text = "".join(adapter.logs(ref, follow=True, poll_interval=0.2))
+    assert [line for line in text.splitlines() if line.startswith("line")] == ["line 1", "line 2", "line 3"]
+    assert adapter.poll([ref])[ref].state.finished
+
+
+def test_cancel_with_signal_and_grace(adapter, tmp_path) -> None:
+    marker, started = tmp_path / "got-term", tmp_path / "started"
+    job = trainjob("graceful", ["sh", "-c", f"trap 'touch {marker}; exit 0' TERM; touch {started}; sleep 300 & wait"],
+                   annotations={"hpcbridge.io/workdir": str(tmp_path)})
+    _, ref = submit(adapter, job)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:  # the trap is set
+        time.sleep(0.1)
+    adapter.cancel(ref, signal="TERM", grace_seconds=30)
+    assert wait_for(adapter, ref, finished).state.finished
+    assert marker.exists(), "".join(adapter.logs(ref))  # the job saw SIGTERM and could checkpoint
