@@ -20,15 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bridge.mpi.ssh import create_job_keys  # noqa: E402
+from tests.harness.mpi_programs import build_allreduce  # noqa: E402
 from tests.harness.netns import HostCluster  # noqa: E402
 
-SOURCE = r"""
-#include <mpi.h>
-#include <stdio.h>
-int main(int c, char **v) { int r, s, x; MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  MPI_Comm_size(MPI_COMM_WORLD, &s); MPI_Allreduce(&r, &x, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (r == 0) printf("sum=%d\n", x); MPI_Finalize(); return 0; }
-"""
 CLEAN = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "HYDRA_"))}
 
 
@@ -40,9 +34,7 @@ def main() -> None:
     cluster = HostCluster(count=3, base_dir=base)
     cluster.start()
     try:
-        (base / "a.c").write_text(SOURCE)
-        program = base / "allreduce"
-        subprocess.run(["mpicc.openmpi", "-O2", "-o", str(program), str(base / "a.c")], check=True)
+        program = build_allreduce(base, "mpicc.openmpi")
         hostfile = base / "hostfile"
         hostfile.write_text("".join(f"{h.name} slots=1\n" for h in cluster.hosts))
         keys = create_job_keys(base / "keys", "bench")
@@ -54,7 +46,7 @@ def main() -> None:
             out = cluster.exec_in_host(node0, ["mpirun", "--hostfile", str(hostfile), "-np", "3", "--mca", "plm",
                                                "rsh", "--mca", "plm_rsh_args", f"-F {cluster.ssh_config}",
                                                str(program)], env=env)
-            assert "sum=3" in out.stdout, out.stdout + out.stderr
+            assert "allreduce result: 6 OK" in out.stdout, out.stdout + out.stderr
             return time.perf_counter() - start
 
         def bridged(index: int) -> float:
@@ -69,7 +61,7 @@ def main() -> None:
             out = cluster.exec_in_host(node0, argv, env=CLEAN)
             for peer in peers:
                 peer.wait(timeout=60)
-            assert "sum=3" in out.stdout, out.stdout + out.stderr
+            assert "allreduce result: 6 OK" in out.stdout, out.stdout + out.stderr
             return time.perf_counter() - start
 
         bare()

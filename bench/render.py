@@ -42,8 +42,8 @@ def main() -> None:
                                                     "metadata": {"name": backend}, "spec": {"type": backend}})
             adapter = adapter_class(backend)(cluster)
             plan = resolve(trainjob, runtime, cluster)
-            resolve_rate = rate(lambda: resolve(trainjob, runtime, cluster), seconds)
-            render_rate = rate(lambda: adapter.render(plan), seconds)
+            resolve_rate = rate(lambda t=trainjob, r=runtime, c=cluster: resolve(t, r, c), seconds)
+            render_rate = rate(lambda a=adapter, p=plan: a.render(p), seconds)
             print(f"  {backend:<11} render {render_rate:9.0f} plans/s   resolve {resolve_rate:8.0f}/s   "
                   f"render/resolve {render_rate / resolve_rate:5.2f}x")
 

@@ -39,7 +39,7 @@ class Transport(ABC):
     def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0) -> CommandResult:
         """Run *argv* (no shell) on the target host and return its status and output."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: transports without connections keep this no-op
         """Release connections; the transport may be used again afterwards."""
 
 

@@ -124,17 +124,18 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
 
 
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run *argv* in its own process group, forward SIGTERM/SIGINT/SIGHUP to it, return a shell-style code."""
-    try:
-        child = subprocess.Popen(list(argv), env=dict(env), start_new_session=True)
-    except FileNotFoundError:
-        print(f"hpcbridge launch: {argv[0]}: command not found", file=sys.stderr)
-        return 127
-    except PermissionError:
-        print(f"hpcbridge launch: {argv[0]}: permission denied", file=sys.stderr)
-        return 126
+    """Run *argv* in its own process group, forward SIGTERM/SIGINT/SIGHUP to it, return a shell-style code.
+
+    The handlers are installed before the child starts: a signal that arrives while it starts is held
+    and delivered to it as soon as it exists, instead of killing us and orphaning it.
+    """
+    child: subprocess.Popen | None = None
+    pending: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        if child is None:
+            pending.append(signum)
+            return
         try:
             os.killpg(child.pid, signum)
         except ProcessLookupError:
@@ -142,6 +143,16 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
+        try:
+            child = subprocess.Popen(list(argv), env=dict(env), start_new_session=True)
+        except FileNotFoundError:
+            print(f"hpcbridge launch: {argv[0]}: command not found", file=sys.stderr)
+            return 127
+        except PermissionError:
+            print(f"hpcbridge launch: {argv[0]}: permission denied", file=sys.stderr)
+            return 126
+        for signum in pending:
+            forward(signum, None)
         code = child.wait()
     finally:
         for sig, handler in previous.items():

@@ -99,9 +99,9 @@ def test_clusters_from_config_file(tmp_path: Path) -> None:
 
 
 def test_render_does_not_import_heavy_clients() -> None:
-    code = ("import sys; from bridge.cli import main; main(['render', %r, '--to', 'slurm']); "
+    code = ("import sys; from bridge.cli import main; main(['render', " + repr(str(EXAMPLE)) + ", '--to', 'slurm']); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'kubernetes', 'kopf', 'paramiko', 'flux'}), "
-            "file=sys.stderr)") % str(EXAMPLE)
+            "file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stderr.strip() == "[]"
 

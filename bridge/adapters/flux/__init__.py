@@ -11,8 +11,8 @@ import os
 from collections.abc import Iterator, Sequence
 
 from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
-from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.flux.client import FluxCLI
+from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import LocalTransport, SSHTransport, Transport
 from bridge.plan import LaunchPlan
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from bridge.adapters.flux import FluxAdapter
 from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.plan import find_runtime, resolve
+from tests.harness.mpi_programs import build_allreduce
 
 pytestmark = [pytest.mark.integration, pytest.mark.flux]
 ROOT = Path(__file__).resolve().parents[3]
@@ -100,24 +100,13 @@ def test_timeout(flux_cluster, tmp_path) -> None:
     assert adapter.wait(ref, timeout=120).state == JobState.TIMEOUT
 
 
-ALLREDUCE_C = r"""
-#include <mpi.h>
-#include <stdio.h>
-int main(int c, char **v) { int r, s, x; MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  MPI_Comm_size(MPI_COMM_WORLD, &s); int one = r + 1; MPI_Allreduce(&one, &x, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (r == 0) printf("allreduce result: %d %s\n", x, x == s * (s + 1) / 2 ? "OK" : "WRONG");
-  MPI_Finalize(); return 0; }
-"""
-
-
 @pytest.mark.parametrize(("runtime", "compiler"), [("mpi-distributed", "mpicc.openmpi"),
                                                    ("mpich-distributed", "mpicc.mpich")])
 def test_two_node_mpi_allreduce_inside_flux(flux_cluster, tmp_path, runtime, compiler) -> None:
     """2 nodes x 2 ranks inside a Flux allocation through hpcbridge launch (flux run + Flux's PMI)."""
-    (tmp_path / "a.c").write_text(ALLREDUCE_C)
-    subprocess.run([compiler, "-o", str(tmp_path / "allreduce"), str(tmp_path / "a.c")], check=True)
+    program = build_allreduce(tmp_path, compiler)
     adapter = FluxAdapter(flux_cluster)
-    job = trainjob(f"mpi-{runtime.split('-')[0]}", runtime, [str(tmp_path / "allreduce")], tmp_path,
+    job = trainjob(f"mpi-{runtime.split('-')[0]}", runtime, [str(program)], tmp_path,
                    numNodes=2, numProcPerNode=2)
     _, ref = run(adapter, job)
     status = adapter.wait(ref, timeout=300)

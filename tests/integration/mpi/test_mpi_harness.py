@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.mpi_programs import ALLREDUCE_C
 from tests.harness.netns import HostCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.mpi]
@@ -25,25 +26,6 @@ ROOT = Path(__file__).resolve().parents[3]
 # absolute: ssh sessions on the hosts have no venv on their PATH
 PYTHON = str(Path(sys.executable).absolute())
 MPI_TIMEOUT = 180
-
-ALLREDUCE_C = r"""
-#include <mpi.h>
-#include <stdio.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    int rank, size, sum = 0; char host[256];
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    gethostname(host, sizeof host);
-    int v = rank + 1;
-    MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    printf("rank %d/%d on %s: allreduce sum=%d (expect %d)\n", rank, size, host, sum, size * (size + 1) / 2);
-    MPI_Finalize();
-    return sum == size * (size + 1) / 2 ? 0 : 1;
-}
-"""
-
 
 def require(*tools: str) -> None:
     """Fail (not skip) when a tool is missing: the project's setup is supposed to install it."""
@@ -140,7 +122,7 @@ def test_openmpi_mpirun_mpi4py_allreduce_across_hosts(mpi_hosts: HostCluster, tm
 def test_mpich_hydra_ssh_allreduce_c_across_hosts(mpi_hosts: HostCluster, tmp_path: Path) -> None:
     require("mpicc.mpich", "mpiexec.hydra")
     source = tmp_path / "allreduce.c"
-    source.write_text(ALLREDUCE_C)
+    source.write_text(ALLREDUCE_C)  # tests/harness/mpi_programs.py
     binary = tmp_path / "allreduce.mpich"
     build = subprocess.run(["mpicc.mpich", "-O2", "-o", str(binary), str(source)], capture_output=True, text=True,
                            timeout=MPI_TIMEOUT)

@@ -16,28 +16,11 @@ from pathlib import Path
 import pytest
 
 from bridge.mpi.ssh import create_job_keys
+from tests.harness.mpi_programs import build_allreduce
 
 pytestmark = [pytest.mark.integration, pytest.mark.mpi]
 
 ROOT = Path(__file__).resolve().parents[3]
-ALLREDUCE_C = r"""
-#include <mpi.h>
-#include <stdio.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    int rank, size, sum = 0; char host[256];
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    gethostname(host, sizeof host);
-    int v = rank + 1;
-    MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    printf("rank %d/%d on %s: sum=%d\n", rank, size, host, sum);
-    if (rank == 0) printf("allreduce result: %d %s\n", sum, sum == size * (size + 1) / 2 ? "OK" : "WRONG");
-    MPI_Finalize();
-    return sum == size * (size + 1) / 2 ? 0 : 1;
-}
-"""
 # scheduler variables of an enclosing CI job would steer the launchers away from ssh
 _SCRUB = ("SLURM_", "OMPI_", "PMI", "PMIX_", "HYDRA_", "I_MPI_")
 
@@ -54,14 +37,7 @@ def job_keys(mpi_hosts) -> Path:
 
 @pytest.fixture(scope="module")
 def programs(mpi_hosts) -> dict[str, Path]:
-    source = mpi_hosts.base_dir / "allreduce.c"
-    source.write_text(ALLREDUCE_C)
-    built = {}
-    for impl, compiler in (("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")):
-        target = mpi_hosts.base_dir / f"allreduce.{impl}"
-        subprocess.run([compiler, "-O2", "-o", str(target), str(source)], check=True)
-        built[impl] = target
-    return built
+    return {impl: build_allreduce(mpi_hosts.base_dir, f"mpicc.{impl}") for impl in ("openmpi", "mpich")}
 
 
 def launch_argv(job_keys: Path, hosts, launcher: str, command: list[str], job_id: str, *extra: str) -> list[str]:

@@ -175,7 +175,9 @@ def test_logs_follow_until_the_job_ends(adapter, tmp_path) -> None:
 
 def test_cancel_with_signal_and_grace(adapter, tmp_path) -> None:
     marker, started = tmp_path / "got-term", tmp_path / "started"
-    job = trainjob("graceful", ["sh", "-c", f"trap 'touch {marker}; exit 0' TERM; touch {started}; sleep 300 & wait"],
+    # a loop, not `sleep & wait`: the step's TERM also reaches sleep, and sh must still be there to trap it
+    job = trainjob("graceful", ["sh", "-c", f"trap 'touch {marker}; exit 0' TERM; touch {started}; "
+                                            "while :; do sleep 0.2; done"],
                    annotations={"hpcbridge.io/workdir": str(tmp_path)})
     _, ref = submit(adapter, job)
     deadline = time.monotonic() + 60
