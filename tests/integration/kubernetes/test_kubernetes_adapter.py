@@ -181,7 +181,7 @@ def test_cli_submit_status_list_cancel(kube_cluster, namespace, tmp_path) -> Non
 
 
 def test_crds_accept_examples_and_reject_invalid_objects(kube_cluster, kube_api, namespace) -> None:
-    from kubernetes import client, utils
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     ext = client.ApiextensionsV1Api(kube_api)
@@ -220,7 +220,6 @@ def test_crds_accept_examples_and_reject_invalid_objects(kube_cluster, kube_api,
     with pytest.raises(ApiException) as info:
         custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", bad)
     assert "spec.trainer.numNodes" in info.value.body and "greater than or equal to 0" in info.value.body
-    del utils
 
 
 def test_logs_are_what_the_api_server_gives(kube_cluster, namespace) -> None:
