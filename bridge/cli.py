@@ -412,7 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-id", default="", help="job identity (torchrun rendezvous id)")
     p.add_argument("--forward-env", action="append", default=[], help="variable the launcher forwards to ranks")
     p.add_argument("--ssh-dir", help="the job's SSH keys: ranks reach each other with sshd on --ssh-port")
-    p.add_argument("--ssh-port", type=int, default=2222, help="port of the job's sshd on every node")
+    p.add_argument("--ssh-port", type=int, default=2222,
+                   help="port of the job's sshd on every node (the next port releases the peers)")
     p.add_argument("--wait-timeout", type=float, default=120.0, help="seconds rank 0 waits for every peer's sshd")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
     p.set_defaults(func=cmd_launch)

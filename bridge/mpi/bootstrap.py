@@ -8,8 +8,11 @@ contract between the renderers (which write its arguments into batch scripts) an
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -174,12 +177,33 @@ def done_marker(job_id: str, host: str) -> str:
     return f"/tmp/hpcbridge-{job_id or 'job'}.{host}.done"
 
 
+def release_token(keys: Path, job_id: str, host: str) -> bytes:
+    """What rank 0 sends a peer to end it: an HMAC only holders of the job's private key can make."""
+    secret = (keys / ssh.CLIENT_KEY).read_bytes()
+    return hmac.new(secret, f"release {job_id} {host}".encode(), hashlib.sha256).hexdigest().encode()
+
+
 def serve_peer(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles, workdir: str,
-               poll: float = 0.05) -> int:
-    """A non-zero MPI rank: serve sshd for the launcher until rank 0 says the job is over."""
-    marker = done_marker(spec.job_id, topology.hosts[topology.rank])
+               keys: Path, poll: float = 0.05) -> int:
+    """A non-zero MPI rank: serve sshd for the launcher until rank 0 says the job is over.
+
+    Rank 0 says so on the release port (sshd's port + 1) with a token made from the job's key; a file it
+    creates over ssh is the fallback where that port is not reachable.
+    """
+    host = topology.hosts[topology.rank]
+    marker = done_marker(spec.job_id, host)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(marker)
+    expected = release_token(keys, spec.job_id, host)
+    listener = socket.socket(socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(("", spec.ssh_port + 1))
+        listener.listen(8)
+        listener.settimeout(poll)
+    except OSError:
+        listener.close()
+        listener = None  # the marker file alone will do
     sshd = ssh.start_sshd(files, Path(workdir) / "sshd.log")
     stopping: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum))
@@ -191,10 +215,15 @@ def serve_peer(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFil
                 print(f"hpcbridge launch: sshd exited with code {sshd.returncode}: {log[-1] if log else ''}",
                       file=sys.stderr)
                 return 1
-            time.sleep(poll)
+            if listener is None:
+                time.sleep(poll)
+            elif _released(listener, expected):
+                break
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if listener is not None:
+            listener.close()
         sshd.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             sshd.wait(timeout=5)
@@ -205,19 +234,46 @@ def serve_peer(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFil
     return 128 + stopping[0] if stopping else 0
 
 
-def release_peers(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles) -> None:
+def _released(listener: socket.socket, expected: bytes) -> bool:
+    try:
+        conn, _ = listener.accept()
+    except (TimeoutError, OSError):
+        return False
+    with conn:
+        conn.settimeout(2.0)
+        try:
+            data = conn.recv(128).strip()
+        except OSError:
+            return False
+        ok = hmac.compare_digest(data, expected)
+        with contextlib.suppress(OSError):
+            conn.sendall(b"ok\n" if ok else b"no\n")
+        return ok
+
+
+def release_peers(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles, keys: Path) -> None:
     """Tell every peer the job is over (best effort, in parallel): their sshd stops and they exit."""
     peers = [host for index, host in enumerate(topology.hosts) if index != topology.rank]
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 
     def release(host: str) -> None:
-        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        try:
+            with socket.create_connection((host, spec.ssh_port + 1), timeout=5) as conn:
+                conn.settimeout(5)
+                conn.sendall(release_token(keys, spec.job_id, host) + b"\n")
+                if conn.recv(8).startswith(b"ok"):
+                    return
+        except OSError:
+            pass
+        # fallback: the same message as a file, written over ssh
         subprocess.run(["ssh", "-F", str(files.config), host, "touch", done_marker(spec.job_id, host)],
                        timeout=30, check=False, **quiet)
-        # close the shared connection now, so no ssh master outlives the job
-        subprocess.run(["ssh", "-F", str(files.config), "-O", "exit", host], timeout=10, check=False, **quiet)
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
         list(pool.map(release, dict.fromkeys(peers)))
+        # close the launcher's shared connections, so no ssh master outlives the job
+        list(pool.map(lambda host: subprocess.run(["ssh", "-F", str(files.config), "-O", "exit", host], timeout=10,
+                                                  check=False, **quiet), dict.fromkeys(peers)))
 
 
 def run(spec: LaunchSpec) -> int:
@@ -229,7 +285,7 @@ def run(spec: LaunchSpec) -> int:
             keys = ssh.load_job_keys(spec.ssh_dir)
             files = ssh.write_ssh_files(keys, topology.hosts, Path(workdir), spec.ssh_port)
             if topology.rank != 0:
-                return serve_peer(spec, topology, files, workdir)
+                return serve_peer(spec, topology, files, workdir, keys)
             own = topology.hosts[topology.rank]
             try:
                 trace("waiting for peers")
@@ -242,7 +298,7 @@ def run(spec: LaunchSpec) -> int:
             finally:
                 # also when a peer never came up: the ones that did must not serve forever
                 trace("releasing peers")
-                release_peers(spec, topology, files)
+                release_peers(spec, topology, files, keys)
                 trace("released")
         argv = launch_argv(spec, topology, workdir)
         if argv is None:

@@ -156,3 +156,33 @@ def test_job_keys_are_made_once(tmp_path) -> None:
     assert oct((keys).stat().st_mode & 0o777) == "0o700"
     with pytest.raises(InvalidSpec, match="missing"):
         ssh.load_job_keys(tmp_path)
+
+
+def test_release_needs_the_jobs_token(tmp_path) -> None:
+    import socket
+    import threading
+
+    from bridge.mpi.bootstrap import _released, release_token
+
+    keys = ssh.create_job_keys(tmp_path / "k", "job")
+    other = ssh.create_job_keys(tmp_path / "other", "job")
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(5)
+    port = listener.getsockname()[1]
+    expected = release_token(keys, "job-1", "node-1")
+
+    def send(token: bytes, answers: list) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(token + b"\n")
+            answers.append(conn.recv(8))
+
+    for token, accepted in ((release_token(other, "job-1", "node-1"), False),  # another job's key
+                            (release_token(keys, "job-1", "node-2"), False),   # meant for another host
+                            (expected, True)):
+        answers: list = []
+        sender = threading.Thread(target=send, args=(token, answers))
+        sender.start()
+        assert _released(listener, expected) is accepted
+        sender.join()
+        assert answers == [b"ok\n" if accepted else b"no\n"]
+    listener.close()
