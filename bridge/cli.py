@@ -18,17 +18,9 @@ from bridge.errors import BridgeError, InvalidSpec
 
 
 def _read_text(file: str) -> str:
-    if file == "-":
-        return sys.stdin.read()
-    try:
-        with open(file, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise InvalidSpec("file", file, "no such file") from None
-    except IsADirectoryError:
-        raise InvalidSpec("file", file, "is a directory, not a file") from None
-    except UnicodeDecodeError:
-        raise InvalidSpec("file", file, "not a UTF-8 text file") from None
+    from bridge.api.loader import read_text
+
+    return sys.stdin.read() if file == "-" else read_text(file)
 
 
 def _read_objects(file: str, sbatch_flags: list[str] | None = None):

@@ -104,17 +104,21 @@ def load_documents(text: str, source: str = "<input>") -> list[Resource]:
     return objects
 
 
-def load_file(path: str | os.PathLike[str]) -> list[Resource]:
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A UTF-8 input file's text; a missing, binary or directory path is an InvalidSpec."""
     try:
         with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+            return handle.read()
     except FileNotFoundError:
         raise InvalidSpec("file", os.fspath(path), "no such file") from None
     except UnicodeDecodeError:
         raise InvalidSpec("file", os.fspath(path), "not a UTF-8 text file") from None
     except IsADirectoryError:
         raise InvalidSpec("file", os.fspath(path), "is a directory, not a file") from None
-    return load_documents(text, source=os.fspath(path))
+
+
+def load_file(path: str | os.PathLike[str]) -> list[Resource]:
+    return load_documents(read_text(path), source=os.fspath(path))
 
 
 class _Dumper(yaml.SafeDumper):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from bridge.errors import BackendRejected, BackendUnavailable
@@ -16,7 +17,7 @@ def api_client(connection) -> Any:
             config.load_incluster_config()
             return client.ApiClient()
         kubeconfig = connection.kubeconfig if connection and connection.kubeconfig else None
-        return config.new_client_from_config(config_file=__import__("os").path.expanduser(kubeconfig)
+        return config.new_client_from_config(config_file=os.path.expanduser(kubeconfig)
                                              if kubeconfig else None,
                                              context=connection.context if connection else None)
     except config.ConfigException as exc:

@@ -6,6 +6,7 @@ job-completion log (sacct -c): a finished job is never reported as lost.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -245,7 +246,7 @@ class SlurmAdapter(Adapter):
         path = self.output_path(ref)
         if path is None:
             raise BackendRejected("slurm", f"job {ref.job_id} has no output file Slurm still knows of")
-        if self.rest is not None and not __import__("os").path.exists(path):
+        if self.rest is not None and not os.path.exists(path):
             raise BackendRejected("slurm", f"{path} is not readable here; slurmrestd serves no files "
                                            "(use a shared filesystem, or the ssh transport for logs)")
         offset = 0

@@ -20,6 +20,7 @@ from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster
 from bridge.plan import find_runtime, resolve
 from tests.harness.kube import FAIL_LABEL
+from tests.harness.polling import poll_until as wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,15 +50,6 @@ def trainjob(name: str, runtime: str, namespace: str, pod_labels: dict | None = 
 def submit(adapter, job):
     plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
     return plan, adapter.submit(adapter.render(plan))
-
-
-def wait_for(adapter, ref, predicate, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        status = adapter.poll([ref])[ref]
-        if predicate(status) or time.monotonic() > deadline:
-            return status
-        time.sleep(0.2)
 
 
 def pods(kube_api, namespace: str, jobset: str):

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from bridge.adapters.base import JobRef, JobState, JobStatus
+from bridge.adapters.base import JobState, JobStatus
 from bridge.adapters.slurm import SlurmAdapter
 from bridge.api.cluster import BridgeCluster
+from tests.harness.polling import poll_until
 from tests.harness.slurm import SlurmCluster
 
 
@@ -30,7 +31,7 @@ def bridge_cluster(slurm_cluster) -> BridgeCluster:
     return BridgeCluster.model_validate({
         "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "testslurm"},
         "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
-                 "defaults": {"partition": "debug", "launchCommand": [str(Path(__import__("sys").executable)),
+                 "defaults": {"partition": "debug", "launchCommand": [sys.executable,
                                                                       "-m", "bridge", "launch"]}}})
 
 
@@ -48,14 +49,7 @@ def config_file(tmp_path, bridge_cluster) -> Path:
     return path
 
 
-def wait_for(adapter: SlurmAdapter, ref: JobRef, predicate, timeout: float = 120.0) -> JobStatus:
-    """Poll until predicate(status) holds; the deadline only bounds a hung test, it asserts nothing."""
-    deadline = time.monotonic() + timeout
-    while True:
-        status = adapter.poll([ref])[ref]
-        if predicate(status) or time.monotonic() > deadline:
-            return status
-        time.sleep(0.1)
+wait_for = poll_until
 
 
 def finished(status: JobStatus) -> bool:

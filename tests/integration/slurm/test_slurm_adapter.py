@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -147,7 +148,7 @@ def test_timeout_state(adapter, tmp_path) -> None:
 
 def test_mpi_job_on_the_allocation(adapter, tmp_path) -> None:
     """A 2-node x 2-rank Open MPI TrainJob: the batch script runs hpcbridge launch, which runs mpirun."""
-    example = (__import__("pathlib").Path(__file__).resolve().parents[3] / "examples" / "mpi_allreduce.py")
+    example = (Path(__file__).resolve().parents[3] / "examples" / "mpi_allreduce.py")
     runtime = find_runtime(load_documents("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n"
                                           "metadata: {name: x}\nspec: {runtimeRef: {name: mpi-distributed}}")[0],
                            builtin_runtimes())

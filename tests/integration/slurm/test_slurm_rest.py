@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -33,7 +34,7 @@ def rest_cluster(slurm_cluster, tmp_path_factory) -> BridgeCluster:
         "spec": {"type": "slurm", "slurm": {"transport": "rest", "restUrl": url, "user": "root",
                                             "tokenFile": str(token), "slurmConf": str(slurm_cluster.conf)},
                  "defaults": {"partition": "debug",
-                              "launchCommand": [__import__("sys").executable, "-m", "bridge", "launch"]}}})
+                              "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
 
 
 def job(name: str, command: list[str], workdir, nodes: int = 2, **spec):
