@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from bridge import __version__
-from bridge.convert.sbatch import slurm_time
+from bridge.convert.sbatch import passthrough_value, slurm_time
 from bridge.mpi.bootstrap import LaunchSpec
 from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env
 from bridge.shell import join, quote
@@ -72,7 +72,8 @@ def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
         options.append(("chdir", plan.workdir))
     if plan.suspend:
         options.append(("hold", None))
-    options.extend((name, value) for name, value in knobs.sbatch_extra if name != "comment")
+    # a flag passed through as "true" is written bare (--requeue), as sbatch takes it
+    options.extend((name, passthrough_value(name, value)) for name, value in knobs.sbatch_extra if name != "comment")
     return options
 
 

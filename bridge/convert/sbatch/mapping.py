@@ -1,0 +1,326 @@
+"""An sbatch request ⇄ a TrainJob: ``to_trainjob`` converts a script (or flags), ``apply_flags`` lays flags
+over a TrainJob, ``sbatch_runtime`` is the runtime converted scripts reference.
+
+Converting maps what a TrainJob has fields for (nodes, tasks per node, CPUs, memory, GPUs, time limit, name,
+hold) and the scheduler knobs hpc-bridge has annotations for; every other option travels verbatim as an
+``hpcbridge.io/sbatch.<option>`` annotation, which the Slurm renderer writes after its own directives, so sbatch's
+last-wins rule makes the verbatim value the one that counts. The script body runs unchanged through its own
+interpreter (see ``body.script_command``). Writing a batch script is the Slurm renderer's job
+(``bridge.adapters.slurm.render``), from the resolved plan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from pydantic import ValidationError
+
+from bridge.api.cluster import BridgeCluster, builtin_local_cluster
+from bridge.api.loader import invalid_from_validation
+from bridge.api.runtime import ClusterTrainingRuntime
+from bridge.api.trainjob import API_VERSION, MANAGED_BY_BRIDGE, RFC1035_LABEL, TrainJob
+from bridge.convert.sbatch.body import parse_exec_body, script_command
+from bridge.convert.sbatch.parse import SbatchRequest
+from bridge.convert.sbatch.values import (
+    BadValue,
+    gpu_counts,
+    gres_items,
+    node_range,
+    positive_int,
+    size_mb,
+    time_seconds,
+)
+from bridge.errors import InvalidSpec
+from bridge.plan import ANNOTATION_PREFIX, SBATCH_PASSTHROUGH_PREFIX, _backend_options
+
+#: the ClusterTrainingRuntime converted scripts reference (see ``sbatch_runtime``)
+SBATCH_RUNTIME = "sbatch-script"
+GPU_RESOURCE = "nvidia.com/gpu"
+#: options with a TrainJob field or an hpc-bridge annotation (everything else is passed through verbatim)
+_KNOB_OPTIONS = {"partition": "partition", "account": "account", "qos": "qos", "constraint": "constraint",
+                 "array": "array", "dependency": "dependency", "output": "output", "error": "error",
+                 "chdir": "workdir"}
+
+
+def dns_label(name: str) -> str:
+    """A TrainJob name from a Slurm job name: RFC 1035 label (lowercase, letters/digits/'-'), at most 63."""
+    if len(name) <= 63 and RFC1035_LABEL.fullmatch(name):
+        return name
+    label = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not label:
+        return "sbatch-job"
+    if not label[0].isalpha():
+        label = f"job-{label}"
+    return label[:63].rstrip("-")
+
+
+def _default_name(source: str) -> str:
+    """sbatch names a job after its script file (``sbatch`` when read from stdin)."""
+    if not source or source.startswith("<") or source == "-":
+        return "sbatch"
+    return source.rstrip("/").rsplit("/", 1)[-1]
+
+
+@cache
+def _check_cluster() -> BridgeCluster:
+    return builtin_local_cluster()
+
+
+def _plan_problem(key: str, value: str) -> str | None:
+    """What the planner would say about this annotation (None: accepted); keeps the two from drifting."""
+    try:
+        _backend_options({key: value}, _check_cluster(), "default")
+    except InvalidSpec as exc:
+        return exc.problem
+    return None
+
+
+def _quantity_mib(mib: int) -> str:
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+class _Conversion:
+    """The state of one request → TrainJob conversion: annotations, report, options already accounted for."""
+
+    def __init__(self, request: SbatchRequest) -> None:
+        self.request = request
+        self.annotations: dict[str, str] = {}
+        self.report: list[str] = list(request.notes)
+        self.handled: set[str] = set()
+
+    def fail(self, option: str, value: object, problem: str) -> InvalidSpec:
+        return InvalidSpec(self.request.where(option), value, problem, source=self.request.source)
+
+    def value(self, option: str, parse):
+        """The option's value through *parse*, or None when absent; marks the option handled."""
+        self.handled.add(option)
+        value = self.request.get(option)
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except BadValue as exc:
+            raise self.fail(option, value, str(exc)) from None
+
+    def annotate(self, option: str, key: str, value: str) -> None:
+        problem = _plan_problem(key, value)
+        if problem:
+            raise self.fail(option, value, f"cannot be carried to Slurm: {problem}")
+        self.annotations[key] = value
+
+    def passthrough(self, option: str, value: str | None, why: str = "no TrainJob field",
+                    target: str | None = None) -> None:
+        """Carry --option verbatim (flags as "true") in ``hpcbridge.io/sbatch.<target or option>``."""
+        target = target or option
+        key = f"{SBATCH_PASSTHROUGH_PREFIX}{target}"
+        self.annotate(option, key, "true" if value is None else value)
+        given = self.request.options.get(option)
+        if target != option and given is not None:
+            shown = given.text()
+        else:
+            shown = f"--{option}" if value is None else f"--{option}={value}"
+        self.report.append(f"{shown}: {why}; passed through verbatim as {key}")
+
+    def exclusive(self, options: Sequence[str], problem: str) -> None:
+        present = [name for name in options if name in self.request]
+        if len(present) > 1:
+            raise self.fail(present[-1], [self.request.options[n].text() for n in present], problem)
+
+
+def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: str | None = None,
+                runtime: str = SBATCH_RUNTIME) -> tuple[TrainJob, list[str]]:
+    """A TrainJob that runs *script_body* (default: the request's body) with the request's options.
+
+    Returns the TrainJob and a report with one line per renamed, derived or passed-through option. Raises
+    InvalidSpec naming the directive for anything sbatch or hpc-bridge would refuse.
+    """
+    body = script_body if script_body is not None else request.body
+    if body is None:
+        raise InvalidSpec("script", None, "no script body to run", source=request.source)
+    conv = _Conversion(request)
+    conv.exclusive(("mem", "mem-per-cpu", "mem-per-gpu"), "--mem, --mem-per-cpu and --mem-per-gpu are mutually "
+                   "exclusive")
+    conv.exclusive(("cpus-per-task", "cpus-per-gpu"), "--cpus-per-gpu is mutually exclusive with --cpus-per-task")
+    conv.exclusive(("verbose", "quiet"), "don't specify both --verbose (-v) and --quiet (-Q)")
+
+    name = _name(conv, name)
+    trainer: dict[str, Any] = {}
+    spec: dict[str, Any] = {}
+
+    nodes_min, nodes_fixed = 1, None
+    nodes = conv.value("nodes", node_range)
+    if nodes is not None:
+        nodes_min = trainer["numNodes"] = nodes[0]
+        if nodes[1] == nodes[0]:
+            nodes_fixed = nodes[0]
+        else:
+            conv.passthrough("nodes", request.get("nodes"), f"a node range; numNodes is its minimum {nodes[0]}")
+
+    per_node = conv.value("ntasks-per-node", positive_int)
+    ntasks = conv.value("ntasks", positive_int)
+    tasks = per_node if per_node is not None else (-(-ntasks // nodes_min) if ntasks is not None else None)
+    if tasks is not None:
+        trainer["numProcPerNode"] = tasks
+    if ntasks is not None:
+        # kept verbatim: with it Slurm reads --ntasks-per-node as a maximum, so the total stays exact
+        conv.passthrough("ntasks", request.get("ntasks"),
+                         f"a total task count; numProcPerNode {tasks} per node over {nodes_min} node(s)")
+
+    requests: dict[str, str] = {}
+    cpus = conv.value("cpus-per-task", positive_int)
+    if cpus is not None:
+        requests["cpu"] = str(cpus * (tasks or 1))
+    mem = conv.value("mem", size_mb)
+    if mem:
+        requests["memory"] = _quantity_mib(mem)
+    elif mem == 0:
+        conv.passthrough("mem", request.get("mem"), "--mem=0 asks for all of a node's memory, not a quantity")
+    gpus = _gpus_per_node(conv, nodes_fixed)
+    if gpus:
+        requests[GPU_RESOURCE] = str(gpus)
+    if requests:
+        trainer["resourcesPerNode"] = {"requests": requests}
+
+    if "time" in request:
+        seconds = conv.value("time", time_seconds)
+        if seconds is None:
+            conv.passthrough("time", request.get("time"), "no time limit, which is not a deadline")
+        else:
+            spec["activeDeadlineSeconds"] = seconds
+    conv.handled.add("hold")
+    if "hold" in request:
+        spec["suspend"] = True
+        conv.report.append("--hold: the TrainJob is created suspended (spec.suspend: true)")
+
+    for option, knob in _KNOB_OPTIONS.items():
+        conv.handled.add(option)
+        value = request.get(option)
+        if value is None:
+            continue
+        key = f"{ANNOTATION_PREFIX}{knob}"
+        problem = _plan_problem(key, value)
+        if problem is None:
+            conv.annotations[key] = value
+        else:
+            conv.passthrough(option, value, f"not accepted as {key} ({problem})")
+    conv.handled.add("exclusive")
+    if "exclusive" in request:
+        value = request.get("exclusive")
+        if value is None or value.lower() == "exclusive":
+            conv.annotations[f"{ANNOTATION_PREFIX}exclusive"] = "true"
+        else:
+            conv.passthrough("exclusive", value, "only whole-node --exclusive has an annotation")
+
+    for option, directive in request.options.items():
+        if option not in conv.handled:
+            conv.passthrough(option, directive.value)
+
+    exec_form = parse_exec_body(body)
+    if exec_form is not None:
+        # a script that only execs one command (``exec python3 train.py``) is that command
+        trainer["command"], env = exec_form
+        if env:
+            trainer["env"] = [{"name": n, "value": v} for n, v in env]
+    else:
+        trainer["command"] = script_command(body, name)
+    spec.update({"runtimeRef": {"name": runtime}, "managedBy": MANAGED_BY_BRIDGE, "trainer": trainer})
+    metadata: dict[str, Any] = {"name": name}
+    if conv.annotations:
+        metadata["annotations"] = dict(sorted(conv.annotations.items()))
+    document = {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}
+    try:
+        return TrainJob.model_validate(document), conv.report
+    except ValidationError as exc:
+        raise invalid_from_validation(exc, source=request.source) from None
+
+
+def _name(conv: _Conversion, name: str | None) -> str:
+    conv.handled.add("job-name")
+    job_name = conv.request.get("job-name")
+    wanted = job_name if job_name is not None else _default_name(conv.request.source)
+    label = name if name is not None else dns_label(wanted)
+    if name is None and label != wanted:
+        conv.report.append(f"job name {wanted!r} is not an RFC 1035 label; the TrainJob is named {label!r}")
+    if job_name is not None and job_name != label:
+        conv.passthrough("job-name", job_name, "Slurm keeps the original job name (%x in file patterns)")
+    return label
+
+
+def _gpus_per_node(conv: _Conversion, nodes_fixed: int | None) -> int | None:
+    """GPUs per node from --gpus-per-node, --gres=gpu… or --gpus; what a count cannot say goes verbatim."""
+    request = conv.request
+    per_node: int | None = None
+    items = conv.value("gpus-per-node", gpu_counts)
+    if items is not None:
+        per_node = sum(count for _, count in items)
+        if len(items) > 1 or items[0][0] is not None:
+            conv.passthrough("gpus-per-node", request.get("gpus-per-node"),
+                             f"GPU types have no TrainJob field ({GPU_RESOURCE}: {per_node})")
+    gres = conv.value("gres", gres_items)
+    if gres is not None:
+        gpus = [item for item in gres if item.name == "gpu"]
+        others = [item for item in gres if item.name != "gpu"]
+        if gpus and items is not None:
+            raise conv.fail("gres", [request.options[n].text() for n in ("gpus-per-node", "gres")],
+                            "give GPUs per node once: --gres=gpu:… or --gpus-per-node")
+        if gpus:
+            if not all(item.count.isdigit() for item in gpus):
+                raise conv.fail("gres", request.get("gres"), "GPU counts are whole numbers")
+            per_node = sum(int(item.count) for item in gpus)
+            if len(gpus) > 1 or gpus[0].kind is not None:
+                # --gres=gpu:type:N is the same request as --gpus-per-node=type:N, the option the renderer
+                # writes itself, so sbatch's last-wins rule keeps the type
+                typed = ",".join(f"{item.kind}:{item.count}" if item.kind else item.count for item in gpus)
+                conv.passthrough("gres", typed, f"GPU types have no TrainJob field ({GPU_RESOURCE}: {per_node}); "
+                                 "Slurm's equivalent --gpus-per-node", target="gpus-per-node")
+            else:
+                conv.report.append(f"--gres=gpu:{per_node}: {GPU_RESOURCE}: {per_node} (Slurm's --gpus-per-node)")
+        if others or not gres:
+            rest = ",".join(item.text for item in others) if others else request.get("gres")
+            conv.passthrough("gres", rest, "generic resources other than GPUs have no TrainJob field")
+    total_items = conv.value("gpus", gpu_counts)
+    if total_items is not None:
+        total = sum(count for _, count in total_items)
+        if per_node is None and nodes_fixed is not None and total % nodes_fixed == 0:
+            per_node = total // nodes_fixed
+            why = f"a job-wide GPU count; {GPU_RESOURCE}: {per_node} per node over {nodes_fixed} node(s)"
+        else:
+            why = "a job-wide GPU count with no fixed per-node share (no per-node GPU request)"
+        conv.passthrough("gpus", request.get("gpus"), why)
+    return per_node
+
+
+def sbatch_runtime() -> ClusterTrainingRuntime:
+    """The runtime converted scripts reference (built in): no ML policy, framework label ``sbatch``, so the
+    planner runs the body once on the first node, as sbatch does."""
+    from bridge.api.catalog import builtin_runtimes
+
+    return next(r for r in builtin_runtimes() if r.name == SBATCH_RUNTIME and isinstance(r, ClusterTrainingRuntime))
+
+def apply_flags(trainjob: TrainJob, flags: SbatchRequest) -> tuple[TrainJob, list[str]]:
+    """sbatch command-line flags laid over a TrainJob, as ``hpcbridge submit job.yaml -N 4 -t 1:00:00`` wants:
+    each flag replaces the field it maps to; the command and the runtime stay the TrainJob's own."""
+    fragment, report = to_trainjob(flags, script_body="#!/bin/sh\n", name=trainjob.name)
+    doc = trainjob.to_wire()
+    frag = fragment.to_wire()
+    trainer = doc["spec"].setdefault("trainer", {})
+    frag_trainer = frag["spec"].get("trainer", {})
+    for key in ("numNodes", "numProcPerNode"):
+        if key in frag_trainer:
+            trainer[key] = frag_trainer[key]
+    if "resourcesPerNode" in frag_trainer:
+        resources = trainer.setdefault("resourcesPerNode", {})
+        for kind, values in frag_trainer["resourcesPerNode"].items():
+            resources.setdefault(kind, {}).update(values)
+    for key in ("activeDeadlineSeconds", "suspend"):
+        if key in frag["spec"]:
+            doc["spec"][key] = frag["spec"][key]
+    annotations = doc["metadata"].setdefault("annotations", {})
+    annotations.update({k: v for k, v in (frag["metadata"].get("annotations") or {}).items()
+                        if k.startswith("hpcbridge.io/")})
+    if "job-name" in flags:
+        doc["metadata"]["name"] = frag["metadata"]["name"]
+    return TrainJob.model_validate(doc), report
