@@ -10,48 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 
-from bridge.errors import BridgeError, InvalidSpec
-
-
-def _read_text(file: str) -> str:
-    from bridge.api.loader import read_text
-
-    return sys.stdin.read() if file == "-" else read_text(file)
-
-
-def _read_objects(file: str, sbatch_flags: list[str] | None = None):
-    """TrainJob YAML, or a batch script (it starts with #!, as sbatch requires) converted to a TrainJob."""
-    from bridge.api.loader import load_documents
-
-    text = _read_text(file)
-    source = "<stdin>" if file == "-" else file
-    if text.startswith("#!"):
-        from bridge.convert.sbatch import merge, parse_flags, parse_script, to_trainjob
-
-        request = parse_script(text, source)
-        if sbatch_flags:
-            request = merge(request, parse_flags(sbatch_flags, source="command line"))
-        trainjob, report = to_trainjob(request)
-        _report(report)
-        return [trainjob]
-    objects = load_documents(text, source)
-    if sbatch_flags:
-        from bridge.api.trainjob import TrainJob
-        from bridge.convert.sbatch import apply_flags, parse_flags
-
-        flags = parse_flags(sbatch_flags, source="command line")
-        converted = []
-        for obj in objects:
-            if isinstance(obj, TrainJob):
-                obj, report = apply_flags(obj, flags)
-                _report(report)
-            converted.append(obj)
-        objects = converted
-    return objects
+from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
 
 
 def _report(lines) -> None:
@@ -59,52 +21,14 @@ def _report(lines) -> None:
         print(f"hpcbridge: note: {line}", file=sys.stderr)
 
 
-def _prepare(file: str, cluster_name: str | None, to: str | None, runtimes: list[str] | None, objects=None):
-    """Input → (adapter, plan): the shared first half of validate, render and submit."""
-    from bridge.adapters import get_adapter
-    from bridge.api.catalog import all_runtimes, load_clusters
-    from bridge.api.cluster import BridgeCluster
-    from bridge.api.trainjob import TrainJob
-    from bridge.plan import ANNOTATION_PREFIX, find_runtime, resolve, select_cluster
+def _retry():
+    """Transient backend errors are retried a few times, each retry said on stderr."""
+    from bridge.service import Retry
 
-    objects = _read_objects(file) if objects is None else objects
-    trainjobs = [obj for obj in objects if isinstance(obj, TrainJob)]
-    if len(trainjobs) != 1:
-        raise InvalidSpec("file", file, f"expected exactly one TrainJob, found {len(trainjobs)}")
-    trainjob = trainjobs[0]
-    runtime = find_runtime(trainjob, all_runtimes(objects, runtimes or [], name=trainjob.spec.runtime_ref.name))
-    if to is not None:
-        if cluster_name is not None:
-            raise InvalidSpec("--to", to, "give either --to or --cluster, not both")
-        if to not in BACKENDS:
-            raise InvalidSpec("--to", to, f"use one of {', '.join(BACKENDS)}")
-        cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                                "metadata": {"name": to}, "spec": {"type": to}})
-    else:
-        clusters = load_clusters()
-        clusters.update({obj.name: obj for obj in objects if isinstance(obj, BridgeCluster)})
-        cluster = select_cluster(trainjob, runtime, clusters, cluster_name)
-    if cluster.spec.type == "local":
-        cluster = _local_cluster_for_this_process(cluster)
-    if cluster.spec.type != "kubernetes":
-        workdir_key = f"{ANNOTATION_PREFIX}workdir"
-        workdir = (trainjob.metadata.annotations or {}).get(workdir_key)
-        if workdir and not os.path.isabs(workdir) and file != "-":
-            # a relative workdir is relative to the TrainJob's file, so examples run from any directory
-            annotations = dict(trainjob.metadata.annotations or {})
-            annotations[workdir_key] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(file)), workdir))
-            trainjob = trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(
-                update={"annotations": annotations})})
-    plan = resolve(trainjob, runtime, cluster)
-    return get_adapter(cluster), plan
+    def told(exc, attempt, delay) -> None:
+        print(f"hpcbridge: note: {exc}; retrying in {delay:g}s (attempt {attempt + 1})", file=sys.stderr)
 
-
-def _local_cluster_for_this_process(cluster):
-    """The local cluster launches with this very interpreter unless its config says otherwise."""
-    if cluster.spec.defaults.launch_command:
-        return cluster
-    defaults = cluster.spec.defaults.model_copy(update={"launch_command": [sys.executable, "-m", "bridge", "launch"]})
-    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"defaults": defaults})})
+    return Retry(on_retry=told)
 
 
 def _print_artifact(artifact, output: str) -> None:
@@ -132,67 +56,88 @@ OUTPUTS = ("text", "yaml", "json")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from bridge import service
     from bridge.api.loader import to_yaml
-    from bridge.api.trainjob import TrainJob
 
     for file in args.files:
-        objects = _read_objects(file)
-        if any(isinstance(obj, TrainJob) for obj in objects):
-            adapter, plan = _prepare(file, args.cluster, None, args.runtimes, objects)
-            adapter.render(plan)  # backend-specific checks (e.g. shell env names) live in render
+        source = service.read_input(file)
+        _report(source.notes)
+        if source.trainjobs:
+            plan = service.prepare(source, cluster=args.cluster, runtimes=args.runtimes).plan
             summary = f"{plan.namespace}/{plan.name}: runtime {plan.runtime_name}, cluster {plan.cluster}, " \
                       f"{plan.nodes} node(s) x {plan.procs_per_node} proc(s)"
         else:
-            summary = ", ".join(f"{obj.kind} {obj.metadata.name}" for obj in objects) or "no objects"
+            summary = ", ".join(f"{obj.kind} {obj.metadata.name}" for obj in source.objects) or "no objects"
         if args.output == "text":
             print(f"valid: {file}: {summary}")
         elif args.output == "yaml":
-            sys.stdout.write(to_yaml(objects))
+            sys.stdout.write(to_yaml(source.objects))
         else:
-            _print_document([obj.to_wire() for obj in objects], args.output)
+            _print_document([obj.to_wire() for obj in source.objects], args.output)
     return 0
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Between formats: a batch script or TrainJob in; a TrainJob, batch script, jobspec or JobSet out."""
-    objects = _read_objects(args.file, args.sbatch_flags)
-    from bridge.api.trainjob import TrainJob
+    from bridge import service
 
-    trainjobs = [obj for obj in objects if isinstance(obj, TrainJob)]
-    if len(trainjobs) != 1:
-        raise InvalidSpec("file", args.file, f"expected exactly one TrainJob or batch script, found {len(trainjobs)}")
+    source = service.read_input(args.file, args.sbatch_flags)
+    _report(source.notes)
+    trainjob = source.single_trainjob()
     if args.to == "trainjob":
         from bridge.api.loader import to_yaml
 
-        sys.stdout.write(to_yaml(trainjobs))
-    elif args.to == "sbatch":
-        from bridge.convert.sbatch import to_script
-
-        sys.stdout.write(to_script(trainjobs[0]))
-    else:
-        backend = {"jobspec": "flux", "jobset": "kubernetes", "slurm": "slurm"}[args.to]
-        adapter, plan = _prepare(args.file, None, backend, args.runtimes, objects)
-        sys.stdout.write(adapter.render(plan).text())
+        sys.stdout.write(to_yaml([trainjob]))
+        return 0
+    # one writer per format: converting is rendering for that backend type
+    backend = {"jobspec": "flux", "jobset": "kubernetes", "sbatch": "slurm"}[args.to]
+    sys.stdout.write(service.prepare(source, to=backend, runtimes=args.runtimes).artifact.text())
     return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    adapter, plan = _prepare(args.file, args.cluster, args.to, args.runtimes)
-    _print_artifact(adapter.render(plan), args.output)
+    from bridge import service
+
+    prepared = service.render(args.file, cluster=args.cluster, to=args.to, runtimes=args.runtimes)
+    _report(prepared.notes)
+    _print_artifact(prepared.artifact, args.output)
     return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    objects = _read_objects(args.file, args.sbatch_flags)
-    adapter, plan = _prepare(args.file, args.cluster, None, args.runtimes, objects)
-    artifact = adapter.render(plan)
+    from bridge import service
+
+    prepared = service.render(args.file, cluster=args.cluster, runtimes=args.runtimes,
+                              sbatch_flags=args.sbatch_flags)
+    _report(prepared.notes)
     if args.dry_run:
-        _print_artifact(artifact, args.format)
+        _print_artifact(prepared.artifact, args.format)
         return 0
-    ref = adapter.submit(artifact)
-    if plan.backend != "local":
-        print(ref.job_id)
-        return _follow(adapter, ref) if args.wait else 0
+    plan = prepared.plan
+    if plan.backend == "local":
+        return _run_here(prepared)
+    submitted = service.submit(prepared, if_finished="rerun" if args.rerun else "error", retry=_retry())
+    if submitted.existing:
+        state = submitted.status.state.value if submitted.status else "known"
+        print(f"hpcbridge: note: {plan.namespace}/{plan.name} is already job {submitted.ref.job_id} ({state}); "
+              "nothing was submitted", file=sys.stderr)
+    print(submitted.ref.job_id)
+    if not args.wait:
+        return 0
+    return service.exit_code(service.Follow(prepared.adapter, submitted.ref, on_change=_show_change).run())
+
+
+def _run_here(prepared) -> int:
+    """The local cluster runs the job in the foreground: Ctrl-C (or SIGTERM) cancels it."""
+    from bridge import service
+
+    # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
+    submitted = service.submit(prepared, if_finished="rerun")
+    adapter, ref, plan = prepared.adapter, submitted.ref, prepared.plan
+    if submitted.existing:
+        raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
+                         f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
+                         ref.job_id, "Running")
     stop = lambda signum, _frame: adapter.cancel(ref)  # noqa: E731 - one-line signal bridge
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -202,43 +147,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
           file=sys.stderr)
-    return status.exit_code or 0
+    return service.exit_code(status)
 
 
-def _follow(adapter, ref, poll_interval: float = 1.0) -> int:
-    """Show state changes until the job ends; the exit code is the job's (1 when it has none)."""
-    import time
-
-    last = None
-    while True:
-        status = adapter.poll([ref])[ref]
-        shown = (status.state, status.reason)
-        if shown != last:
-            detail = f" ({status.reason})" if status.reason else ""
-            where = f" on {','.join(status.nodes)}" if status.nodes and not status.state.finished else ""
-            print(f"{ref.job_id} {status.state.value}{detail}{where}", file=sys.stderr, flush=True)
-            last = shown
-        if status.state.finished:
-            if status.exit_code:
-                return status.exit_code
-            return 0 if status.state.value == "Succeeded" else 1
-        time.sleep(poll_interval)
-
-
-def _cluster_adapter(name: str | None):
-    from bridge.adapters import get_adapter
-    from bridge.api.catalog import load_clusters
-
-    clusters = load_clusters()
-    name = name or os.environ.get("HPCBRIDGE_CLUSTER")
-    if not name:
-        remote = [n for n, c in clusters.items() if c.spec.type != "local"]
-        if len(remote) != 1:
-            raise InvalidSpec("--cluster", None, f"name the cluster; configured: {', '.join(sorted(clusters))}")
-        name = remote[0]
-    if name not in clusters:
-        raise InvalidSpec("--cluster", name, f"no such cluster; configured: {', '.join(sorted(clusters))}")
-    return get_adapter(clusters[name])
+def _show_change(status) -> None:
+    detail = f" ({status.reason})" if status.reason else ""
+    where = f" on {','.join(status.nodes)}" if status.nodes and not status.state.finished else ""
+    print(f"{status.ref.job_id} {status.state.value}{detail}{where}", file=sys.stderr, flush=True)
 
 
 def _status_rows(statuses) -> list[dict]:
@@ -260,43 +175,45 @@ def _print_statuses(statuses, output: str) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    adapter = _cluster_adapter(args.cluster)
-    statuses = adapter.poll([adapter.ref(job) for job in args.jobs])
-    _print_statuses(statuses.values(), args.output)
+    from bridge import service
+
+    _print_statuses(service.status(service.cluster_adapter(args.cluster), args.jobs, retry=_retry()), args.output)
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    _print_statuses(_cluster_adapter(args.cluster).list_jobs(), args.output)
+    from bridge import service
+
+    _print_statuses(service.list_jobs(service.cluster_adapter(args.cluster), retry=_retry()), args.output)
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    adapter = _cluster_adapter(args.cluster)
-    for job in args.jobs:
-        adapter.cancel(adapter.ref(job), signal=args.signal, grace_seconds=args.grace)
+    from bridge import service
+
+    service.cancel(service.cluster_adapter(args.cluster), args.jobs, signal=args.signal, grace_seconds=args.grace,
+                   retry=_retry())
     return 0
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    adapter = _cluster_adapter(args.cluster)
-    for chunk in adapter.logs(adapter.ref(args.job), follow=args.follow):
+    from bridge import service
+
+    for chunk in service.logs(service.cluster_adapter(args.cluster), args.job, follow=args.follow):
         sys.stdout.write(chunk)
         sys.stdout.flush()
     return 0
 
 
 def cmd_clusters(args: argparse.Namespace) -> int:
-    from bridge.api.catalog import load_clusters
+    from bridge import service
 
-    found = load_clusters()
+    found = service.clusters()
     if args.check:
-        from bridge.adapters import get_adapter
-
         failures = 0
         for name, obj in sorted(found.items()):
             try:
-                detail = "ok: " + get_adapter(obj).check() if obj.spec.type != "local" else "ok: this machine"
+                detail = "ok: " + service.check(obj)
             except BridgeError as exc:
                 failures += 1
                 detail = f"unreachable: {exc}"
@@ -357,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="TrainJob YAML or batch script ('-' for stdin)")
     p.add_argument("--dry-run", action="store_true", help="print the artifact instead of sending it")
     p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
+    p.add_argument("--rerun", action="store_true", help="run again a TrainJob whose job already finished "
+                                                        "(without it, submitting a finished TrainJob is an error)")
     p.add_argument("--cluster", help="target cluster (default: the TrainJob's hpcbridge.io/cluster annotation, "
                                      "its runtime's, else local)")
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")

@@ -51,6 +51,26 @@ class BackendRejected(BridgeError):
         super().__init__(_one_line(f"{backend} rejected the request: {message}"))
 
 
+class Unsupported(BackendRejected):
+    """The backend cannot do this at all (not: refused this once). Permanent."""
+
+    def __init__(self, backend: str, message: str) -> None:
+        BridgeError.__init__(self, _one_line(f"{backend} cannot do this: {message}"))
+        self.backend = backend
+        self.backend_message = message
+
+
+class AlreadyRan(BridgeError):
+    """The TrainJob (same uid) already has a finished job on the cluster; running it again is a choice."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, job_id: str, state: str) -> None:
+        self.job_id = job_id
+        self.state = state
+        super().__init__(_one_line(message))
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.splitlines())
 

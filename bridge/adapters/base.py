@@ -1,20 +1,26 @@
-"""The adapter interface every backend implements, and the objects that cross it.
+"""The contract every backend implements, and the objects that cross it.
+
+A backend is one package under ``bridge.adapters`` plus one line in ``REGISTRY``; it implements every
+method of ``Adapter`` and passes ``tests/integration/test_adapter_conformance.py`` on its real engine.
 
 Each backend turns a LaunchPlan into an ``Artifact`` whose text is exactly what ``submit`` sends, so a
 dry run is the first half of a submit and nothing else. ``render`` is pure; the other calls talk to the
 backend and raise ``BackendUnavailable`` (retry) or ``BackendRejected`` (don't) — never a bare exception.
+What a backend truly cannot do raises ``Unsupported``. Idempotency, retries and the durable record of
+what was submitted live one layer up (``bridge.service``), never in a front end.
 """
 
 from __future__ import annotations
 
+import signal as _signal
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from bridge.api.cluster import BridgeCluster
-from bridge.errors import BackendRejected
-from bridge.plan import LaunchPlan
+from bridge.errors import InvalidSpec, Unsupported
+from bridge.plan import ANNOTATION_PREFIX, SBATCH_PASSTHROUGH_PREFIX, LaunchPlan
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,15 @@ class JobState(StrEnum):
 
 
 @dataclass(frozen=True)
+class Identity:
+    """Who a job is for: the TrainJob's uid, name and namespace. Every backend job carries the uid."""
+
+    uid: str
+    name: str
+    namespace: str = "default"
+
+
+@dataclass(frozen=True)
 class JobRef:
     cluster: str
     backend: str
@@ -78,51 +93,142 @@ class JobStatus:
     nodes: tuple[str, ...] = field(default_factory=tuple)
 
 
+#: signals a cancel may send, by the name users write (TERM, SIGTERM and term all mean SIGTERM)
+SIGNALS: Mapping[str, _signal.Signals] = {
+    name: getattr(_signal, f"SIG{name}")
+    for name in ("TERM", "INT", "HUP", "KILL", "QUIT", "USR1", "USR2", "CONT", "STOP", "ALRM")
+}
+
+
+def signal_name(name: str | None, field_name: str = "--signal") -> str | None:
+    """A user-given signal name → its canonical short name (``TERM``); anything else is InvalidSpec."""
+    if name is None:
+        return None
+    short = name.strip().upper().removeprefix("SIG")
+    if short not in SIGNALS:
+        raise InvalidSpec(field_name, name, f"unknown signal; use one of {', '.join(SIGNALS)}")
+    return short
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the contract's minimum; the layer and the conformance suite read it."""
+
+    #: cancel(signal=...) delivers that signal to the job's processes before the hard stop
+    signals: bool = True
+    #: a suspended plan is submitted held and stays pending
+    hold: bool = True
+    #: logs(follow=True) streams while the job runs
+    follow_logs: bool = True
+    #: a job name exists once on the backend: a rerun removes the finished job of that name first
+    unique_names: bool = False
+    #: the job's processes run for real (False where the engine only schedules, e.g. kwok nodes)
+    runs_commands: bool = True
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One scheduler knob a backend understands (``hpcbridge.io/<name>`` or a cluster default)."""
+
+    name: str
+    #: what the option becomes in this backend's artifact, for `hpcbridge clusters --options` and errors
+    maps_to: str
+
+
+#: the knobs of BackendOptions that a TrainJob or cluster can set; adapters declare the subset they honour
+OPTION_NAMES = ("partition", "account", "qos", "constraint", "exclusive", "array", "dependency", "output",
+                "error", "sbatch")
+
+
 class Adapter(ABC):
     """One backend. Instances are cheap; connections are opened lazily and reused."""
 
     backend: str = ""
+    capabilities: Capabilities = Capabilities()
+    #: scheduler knobs this backend honours; a plan that sets any other is refused before rendering
+    options: tuple[OptionSpec, ...] = ()
 
     def __init__(self, cluster: BridgeCluster) -> None:
         self.cluster = cluster
+
+    # --- pure --------------------------------------------------------------------------------------
 
     @abstractmethod
     def render(self, plan: LaunchPlan) -> Artifact:
         """Pure: the exact artifact submit would send. No I/O, no clock, no randomness."""
 
+    def check_options(self, plan: LaunchPlan) -> None:
+        """Refuse every scheduler option this backend does not declare (InvalidSpec naming it)."""
+        declared = {option.name for option in self.options}
+        for name, value in set_options(plan):
+            if name not in declared:
+                knob = f"{SBATCH_PASSTHROUGH_PREFIX}{value[0]}" if name == "sbatch" else f"{ANNOTATION_PREFIX}{name}"
+                shown = value[1] if name == "sbatch" else value
+                known = ", ".join(sorted(declared)) or "none"
+                raise InvalidSpec(f"metadata.annotations[{knob}]", shown,
+                                  f"cluster {self.cluster.name!r} ({self.backend}) has no {name} option "
+                                  f"(it understands: {known}); remove it or pick another cluster")
+
+    # --- talking to the backend --------------------------------------------------------------------
+
+    @abstractmethod
     def submit(self, artifact: Artifact) -> JobRef:
-        raise self._unsupported("submit")
+        """Send the artifact, unconditionally (the layer looks the uid up first); return its reference."""
 
-    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
-        """Submit several jobs; backends override this to look all of them up at once."""
-        return [self.submit(artifact) for artifact in artifacts]
+    @abstractmethod
+    def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
+        """The newest job the backend knows for each uid, with its state, in one backend query.
 
+        Uids the backend has no job for are absent. Finished jobs are included while the backend
+        remembers them; the layer's durable record covers the rest.
+        """
+
+    @abstractmethod
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
-        """States of many jobs with one backend query."""
-        raise self._unsupported("poll")
+        """States of many jobs with one backend query; a job the backend doesn't know is UNKNOWN."""
 
+    @abstractmethod
+    def wait(self, ref: JobRef, timeout: float | None = None) -> JobStatus:
+        """Block until the job ends (or *timeout* seconds pass: then its current status)."""
+
+    @abstractmethod
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
-        raise self._unsupported("cancel")
+        """Stop the job: with *signal*, send it first and wait up to *grace_seconds* before the hard stop."""
 
+    @abstractmethod
     def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
-        raise self._unsupported("logs")
+        """The job's output; with *follow*, streamed while it runs and ending when the job ends."""
 
+    @abstractmethod
     def list_jobs(self) -> list[JobStatus]:
-        """Every job hpc-bridge submitted to this cluster that the backend still knows, with its state."""
-        raise self._unsupported("list")
+        """The jobs hpc-bridge submitted to this cluster as this user, with their uids and states."""
 
+    @abstractmethod
     def check(self) -> str:
         """Reach the backend once; return a one-line description, raise BackendUnavailable if unreachable."""
-        raise self._unsupported("check")
 
-    def ref(self, job_id: str) -> JobRef:
-        """A reference to a job known only by its backend id (CLI status/cancel/logs)."""
-        return JobRef(self.cluster.name, self.backend, job_id, "", "")
+    def remove(self, ref: JobRef) -> None:  # noqa: B027 - backends whose names are unique override it
+        """Delete a finished job's traces so its name can be used again (backends with unique names)."""
 
-    def find(self, uid: str) -> JobRef | None:
-        """The job that already carries *uid*, if any (idempotent submit)."""
-        raise self._unsupported("find")
+    def ref(self, job_id: str, identity: Identity | None = None) -> JobRef:
+        """A reference to a job known by its backend id (and, where recorded, its identity)."""
+        return JobRef(self.cluster.name, self.backend, job_id, identity.uid if identity else "",
+                      identity.name if identity else "")
 
-    def _unsupported(self, operation: str) -> BackendRejected:
-        return BackendRejected(self.backend, f"{operation} is not supported by the {self.backend} adapter yet "
-                                             f"(render and --dry-run are)")
+    def close(self) -> None:  # noqa: B027 - adapters without connections keep this no-op
+        """Release connections (the adapter may be used again afterwards)."""
+
+    def unsupported(self, operation: str, why: str) -> Unsupported:
+        return Unsupported(self.backend, f"{operation}: {why}")
+
+
+def set_options(plan: LaunchPlan) -> list[tuple[str, object]]:
+    """(option name, value) for every scheduler knob the plan sets; sbatch pass-through as ("sbatch", (opt, v))."""
+    options = plan.options
+    found: list[tuple[str, object]] = []
+    for name in OPTION_NAMES[:-1]:
+        value = getattr(options, name)
+        if value:
+            found.append((name, value))
+    found.extend(("sbatch", item) for item in options.sbatch_extra)
+    return found

@@ -3,12 +3,21 @@
 Each "node" of the plan is a process group running the same ``hpcbridge launch`` bootstrap that compute
 nodes run. MPI and Flux-style launchers need one group (mpirun starts every rank on localhost); torchrun
 and plain commands get one group per node, like one container per pod.
+
+The process that submits owns the job: it streams the output, stops the other groups when one fails,
+enforces the time limit, and writes the result. Everything another process needs — ``status``,
+``cancel``, ``logs -f``, ``list`` from another terminal — is in the job's state directory
+(``$XDG_STATE_HOME/hpcbridge/local/<uid>``): ``job.json`` (process groups), ``node-N.log``, and, at
+the end, ``result.json``. A cancel from elsewhere leaves a ``cancelled`` mark, then signals the groups.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,14 +26,30 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
+from bridge.adapters.base import (
+    SIGNALS,
+    Adapter,
+    Artifact,
+    ArtifactFile,
+    Capabilities,
+    Identity,
+    JobRef,
+    JobState,
+    JobStatus,
+)
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected
 from bridge.mpi.bootstrap import LaunchSpec
 from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env
+from bridge.records import state_root
 
-#: seconds a node group gets between SIGTERM and SIGKILL when the job is stopped
+#: seconds a node group gets between the signal and SIGKILL when the job is stopped
 GRACE_SECONDS = 10.0
+#: variables of an enclosing scheduler or MPI job that would mislead the local job's launchers
+# (an MPI rank's identity, a Slurm step's, Flux's task): tuning variables such as OMPI_MCA_btl_* stay
+_LEAKED_PREFIXES = ("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE",
+                    "OMPI_MCA_ess", "OMPI_MCA_orte_ess", "OMPI_MCA_pmix", "OMPI_FILE_LOCATION", "OMPI_APP_CTX",
+                    "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX", "HYDRA_", "MPIR_", "FLUX_JOB_", "FLUX_TASK_")
 
 
 @dataclass(frozen=True)
@@ -61,142 +86,53 @@ def render_layout(plan: LaunchPlan) -> str:
         "cluster": plan.cluster,
         "trainJob": {"namespace": plan.namespace, "name": plan.name, "uid": plan.uid},
         "workdir": plan.workdir or ".",
+        "timeLimitSeconds": plan.time_limit_seconds,
         "processGroups": [{"node": p.node, "argv": list(p.argv), "env": dict(p.env)} for p in layout(plan)],
     }
     return dump_yaml([document])
 
 
 def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "hpcbridge" / "local"
+    return state_root() / "local"
 
 
-@dataclass
-class _RunningJob:
-    ref: JobRef
-    processes: list[subprocess.Popen]
-    log_dir: Path
-    pumps: list[threading.Thread] = field(default_factory=list)
-    cancelled: bool = False
-    #: exit code of the node that failed first; the others were stopped because of it
-    first_failure: int | None = None
+def _job_dir(uid: str) -> Path:
+    if not uid or "/" in uid or uid in (".", ".."):
+        raise BackendRejected("local", f"not a local job id: {uid!r}")
+    return state_dir() / uid
 
 
-class LocalAdapter(Adapter):
-    backend = "local"
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
 
-    def __init__(self, cluster, output: Callable[[str], None] | None = None) -> None:
-        super().__init__(cluster)
-        self._jobs: dict[str, _RunningJob] = {}
-        self._output = output or (lambda line: (sys.stdout.write(line), sys.stdout.flush()))
 
-    def render(self, plan: LaunchPlan) -> Artifact:
-        return Artifact("local", "process-layout", plan,
-                        (ArtifactFile(f"{plan.name}.local.yaml", render_layout(plan), "application/yaml"),))
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)  # readers see the old file or the new one, never half of one
 
-    def submit(self, artifact: Artifact) -> JobRef:
-        plan = artifact.plan
-        workdir = plan.workdir or os.getcwd()
-        if not os.path.isdir(workdir):
-            raise BackendRejected("local", f"workdir {workdir!r} does not exist")
-        ref = JobRef(self.cluster.name, "local", plan.uid, plan.uid, plan.name)
-        if ref.job_id in self._jobs and self._jobs[ref.job_id].processes[0].poll() is None:
-            return ref  # already running in this process: submit is idempotent
-        log_dir = state_dir() / plan.uid
-        log_dir.mkdir(parents=True, exist_ok=True)
-        groups = layout(plan)
-        # The children run with this hpc-bridge's Python first on PATH, so `python3`, `torchrun` and
-        # `mpirun`-launched ranks find the packages installed next to it.
-        base_env = dict(os.environ)
-        bindir = os.path.dirname(sys.executable)
-        base_env["PATH"] = bindir + os.pathsep + base_env.get("PATH", "")
-        job = _RunningJob(ref, [], log_dir)
-        prefix = len(groups) > 1
-        for group in groups:
-            env = {**base_env, **dict(group.env), "HPCBRIDGE_NODE_RANK": str(group.node)}
-            try:
-                proc = subprocess.Popen(list(group.argv), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-            except OSError as exc:
-                self._stop(job, signal.SIGKILL)
-                raise BackendRejected("local", f"cannot start {group.argv[0]!r}: {exc.strerror}") from None
-            job.processes.append(proc)
-            pump = threading.Thread(target=self._pump, args=(proc, log_dir / f"node-{group.node}.log",
-                                                             f"[node-{group.node}] " if prefix else ""), daemon=True)
-            pump.start()
-            job.pumps.append(pump)
-        self._jobs[ref.job_id] = job
-        return ref
 
-    def _pump(self, proc: subprocess.Popen, log_path: Path, prefix: str) -> None:
-        assert proc.stdout is not None
-        with open(log_path, "wb") as log:
-            for raw in iter(proc.stdout.readline, b""):
-                log.write(raw)
-                log.flush()
-                self._output(prefix + raw.decode("utf-8", errors="replace"))
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
-    def _status(self, job: _RunningJob) -> JobStatus:
-        codes = [proc.poll() for proc in job.processes]
-        failed = [code for code in codes if code not in (None, 0)]
-        if failed and job.first_failure is None and not job.cancelled:
-            job.first_failure = failed[0]
-        if job.first_failure is not None:
-            failed = [job.first_failure]
-        if job.cancelled and all(code is not None for code in codes):
-            return JobStatus(job.ref, JobState.CANCELLED, exit_code=_shell_code(failed[0]) if failed else 0)
-        if failed:
-            return JobStatus(job.ref, JobState.FAILED, exit_code=_shell_code(failed[0]),
-                             reason="NonZeroExit", message=f"a node exited with code {_shell_code(failed[0])}")
-        if all(code == 0 for code in codes):
-            return JobStatus(job.ref, JobState.SUCCEEDED, exit_code=0)
-        return JobStatus(job.ref, JobState.RUNNING)
 
-    def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
-        result = {}
-        for ref in refs:
-            job = self._jobs.get(ref.job_id)
-            result[ref] = self._status(job) if job else JobStatus(ref, JobState.UNKNOWN, reason="NotInThisProcess")
-        return result
-
-    def wait(self, ref: JobRef, poll_interval: float = 0.05) -> JobStatus:
-        """Block until every node group ends; a failing group stops the others (as one job fails whole)."""
-        job = self._jobs[ref.job_id]
-        while True:
-            status = self._status(job)
-            if status.state == JobState.FAILED and any(p.poll() is None for p in job.processes):
-                self._stop(job, signal.SIGTERM)
-                continue
-            if status.state.finished:
-                for pump in job.pumps:
-                    pump.join(timeout=5)
-                return status
-            time.sleep(poll_interval)
-
-    def cancel(self, ref: JobRef, signal_name: str | None = None, grace_seconds: float | None = None) -> None:
-        job = self._jobs.get(ref.job_id)
-        if job is None:
-            return
-        job.cancelled = True
-        sig = getattr(signal, f"SIG{signal_name.upper().removeprefix('SIG')}") if signal_name else signal.SIGTERM
-        self._stop(job, sig, GRACE_SECONDS if grace_seconds is None else grace_seconds)
-
-    def _stop(self, job: _RunningJob, sig: int, grace: float = GRACE_SECONDS) -> None:
-        for proc in job.processes:
-            if proc.poll() is None:
-                _killpg(proc.pid, sig)
-        deadline = time.monotonic() + grace
-        for proc in job.processes:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-    def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
-        directory = state_dir() / ref.uid
-        for path in sorted(directory.glob("node-*.log")):
-            yield from path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _killpg(pid: int, sig: int) -> None:
@@ -208,3 +144,272 @@ def _killpg(pid: int, sig: int) -> None:
 
 def _shell_code(code: int) -> int:
     return 128 - code if code < 0 else code
+
+
+@dataclass
+class _OwnedJob:
+    """A job this process started: its Popen objects and output pumps."""
+
+    ref: JobRef
+    directory: Path
+    processes: list[subprocess.Popen]
+    deadline: float | None
+    pumps: list[threading.Thread] = field(default_factory=list)
+    #: exit code of the node that failed first; the others were stopped because of it
+    first_failure: int | None = None
+    timed_out: bool = False
+    result: JobStatus | None = None
+
+
+class LocalAdapter(Adapter):
+    backend = "local"
+    # names are uids here: a rerun replaces the finished run's state directory
+    capabilities = Capabilities(unique_names=True)
+    options = ()
+
+    def __init__(self, cluster, output: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(cluster)
+        self._owned: dict[str, _OwnedJob] = {}
+        self._output = output or (lambda line: (sys.stdout.write(line), sys.stdout.flush()))
+        self._clock = clock
+
+    def render(self, plan: LaunchPlan) -> Artifact:
+        return Artifact("local", "process-layout", plan,
+                        (ArtifactFile(f"{plan.name}.local.yaml", render_layout(plan), "application/yaml"),))
+
+    # --- submit --------------------------------------------------------------------------------------
+
+    def submit(self, artifact: Artifact) -> JobRef:
+        plan = artifact.plan
+        workdir = plan.workdir or os.getcwd()
+        if not os.path.isdir(workdir):
+            raise BackendRejected("local", f"workdir {workdir!r} does not exist")
+        ref = JobRef(self.cluster.name, "local", plan.uid, plan.uid, plan.name)
+        directory = _job_dir(plan.uid)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, mode=0o700)
+        groups = layout(plan)
+        # The children run with this hpc-bridge's Python first on PATH, so `python3`, `torchrun` and
+        # `mpirun`-launched ranks find the packages installed next to it. Variables of an enclosing Slurm
+        # or MPI job are dropped: the local job is not part of that allocation.
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKED_PREFIXES)}
+        base_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + base_env.get("PATH", "")
+        base_env.setdefault("HOME", os.path.expanduser("~"))
+        base_env.update({"HPCBRIDGE_JOB_UID": plan.uid, "HPCBRIDGE_JOB_NAME": plan.name,
+                         "HPCBRIDGE_JOB_NAMESPACE": plan.namespace, "HPCBRIDGE_CLUSTER": plan.cluster})
+        deadline = self._clock() + plan.time_limit_seconds if plan.time_limit_seconds else None
+        job = _OwnedJob(ref, directory, [], deadline)
+        prefix = len(groups) > 1
+        for group in groups:
+            env = {**base_env, **dict(group.env), "HPCBRIDGE_NODE_RANK": str(group.node)}
+            try:
+                proc = subprocess.Popen(list(group.argv), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                self._signal_all(job, signal.SIGKILL)
+                raise BackendRejected("local", f"cannot start {group.argv[0]!r}: {exc.strerror}") from None
+            job.processes.append(proc)
+            pump = threading.Thread(target=self._pump, args=(proc, directory / f"node-{group.node}.log",
+                                                             f"[node-{group.node}] " if prefix else ""), daemon=True)
+            pump.start()
+            job.pumps.append(pump)
+        _write_json(directory / "job.json", {
+            "jobId": ref.job_id, "uid": plan.uid, "name": plan.name, "namespace": plan.namespace,
+            "owner": os.getpid(), "groups": [p.pid for p in job.processes], "started": time.time(),
+            "timeLimitSeconds": plan.time_limit_seconds})
+        self._owned[ref.job_id] = job
+        return ref
+
+    def _pump(self, proc: subprocess.Popen, log_path: Path, prefix: str) -> None:
+        assert proc.stdout is not None
+        with open(log_path, "wb") as log:
+            for raw in iter(proc.stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                self._output(prefix + raw.decode("utf-8", errors="replace"))
+
+    # --- state ---------------------------------------------------------------------------------------
+
+    def _owned_status(self, job: _OwnedJob) -> JobStatus:
+        if job.result is not None:
+            return job.result
+        codes = [proc.poll() for proc in job.processes]
+        failed = [code for code in codes if code not in (None, 0)]
+        cancelled = (job.directory / "cancelled").exists()
+        if failed and job.first_failure is None and not cancelled and not job.timed_out:
+            job.first_failure = failed[0]
+        if all(code is not None for code in codes):
+            if cancelled:
+                code = _shell_code(failed[0]) if failed else 0
+                return JobStatus(job.ref, JobState.CANCELLED, exit_code=code, reason="Cancelled")
+            if job.timed_out:
+                return JobStatus(job.ref, JobState.TIMEOUT, exit_code=_shell_code(failed[0]) if failed else None,
+                                 reason="DeadlineExceeded", message="activeDeadlineSeconds passed")
+        if job.first_failure is not None:
+            code = _shell_code(job.first_failure)
+            return JobStatus(job.ref, JobState.FAILED, exit_code=code, reason="NonZeroExit",
+                             message=f"a node exited with code {code}")
+        if all(code == 0 for code in codes):
+            return JobStatus(job.ref, JobState.SUCCEEDED, exit_code=0)
+        return JobStatus(job.ref, JobState.RUNNING, nodes=(socket.gethostname(),))
+
+    def _record_status(self, ref: JobRef) -> JobStatus:
+        """A job's state from its directory: for jobs another process started."""
+        try:
+            directory = _job_dir(ref.job_id)
+        except BackendRejected:
+            return JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
+        record = _read_json(directory / "job.json")
+        if record is None:
+            return JobStatus(ref, JobState.UNKNOWN, reason="NoRecord", message="no local job with this id")
+        ref = JobRef(ref.cluster, ref.backend, ref.job_id, record.get("uid", ref.uid), record.get("name", ref.name))
+        result = _read_json(directory / "result.json")
+        if result is not None:
+            return JobStatus(ref, JobState(result["state"]), exit_code=result.get("exitCode"),
+                             reason=result.get("reason"), message=result.get("message"))
+        if any(_group_alive(pgid) for pgid in record.get("groups", [])) or _pid_alive(int(record.get("owner", 0)) or -1):
+            return JobStatus(ref, JobState.RUNNING, nodes=(socket.gethostname(),))
+        # the owning process died before it could write the result: nobody knows the exit code
+        if (directory / "cancelled").exists():
+            return JobStatus(ref, JobState.CANCELLED, reason="Cancelled")
+        return JobStatus(ref, JobState.FAILED, reason="Lost",
+                         message="the submitting process ended before the job did; its exit code is unknown")
+
+    def _status(self, ref: JobRef) -> JobStatus:
+        job = self._owned.get(ref.job_id)
+        return self._owned_status(job) if job else self._record_status(ref)
+
+    def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
+        return {ref: self._status(ref) for ref in refs}
+
+    def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
+        found = {}
+        for identity in identities:
+            status = self._status(self.ref(identity.uid, identity))
+            if status.state != JobState.UNKNOWN:
+                found[identity.uid] = status
+        return found
+
+    def list_jobs(self) -> list[JobStatus]:
+        root = state_dir()
+        refs = [self.ref(path.parent.name) for path in sorted(root.glob("*/job.json"))] if root.is_dir() else []
+        return list(self.poll(refs).values())
+
+    def ref(self, job_id: str, identity: Identity | None = None) -> JobRef:
+        name = identity.name if identity else ""
+        if not name:
+            record = _read_json(state_dir() / job_id / "job.json") if job_id and "/" not in job_id else None
+            name = (record or {}).get("name", "")
+        return JobRef(self.cluster.name, "local", job_id, job_id, name)
+
+    def wait(self, ref: JobRef, timeout: float | None = None, poll_interval: float = 0.05) -> JobStatus:
+        """Block until the job ends. The owning process also stops the other groups when one fails,
+        stops every group at the time limit, and writes the result for other processes."""
+        give_up = None if timeout is None else self._clock() + timeout
+        while True:
+            job = self._owned.get(ref.job_id)
+            if job is None:
+                status = self._record_status(ref)
+                if status.state.finished or (give_up is not None and self._clock() >= give_up):
+                    return status
+                time.sleep(max(poll_interval, 0.2))
+                continue
+            if job.deadline is not None and not job.timed_out and self._clock() >= job.deadline:
+                job.timed_out = True
+                self._stop(job, signal.SIGTERM, GRACE_SECONDS)
+            status = self._owned_status(job)
+            if status.state == JobState.FAILED and any(p.poll() is None for p in job.processes):
+                self._stop(job, signal.SIGTERM, GRACE_SECONDS)
+                continue
+            if status.state.finished:
+                for pump in job.pumps:
+                    pump.join(timeout=5)
+                self._finish(job, status)
+                return status
+            if give_up is not None and self._clock() >= give_up:
+                return status
+            time.sleep(poll_interval)
+
+    def _finish(self, job: _OwnedJob, status: JobStatus) -> None:
+        if job.result is None:
+            job.result = status
+            _write_json(job.directory / "result.json", {"state": status.state.value, "exitCode": status.exit_code,
+                                                        "reason": status.reason, "message": status.message})
+
+    # --- stop ----------------------------------------------------------------------------------------
+
+    def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
+        """Works from any process: marks the job cancelled, signals its groups, SIGKILLs them after the grace."""
+        try:
+            directory = _job_dir(ref.job_id)
+        except BackendRejected:
+            return
+        record = _read_json(directory / "job.json")
+        if record is None or (directory / "result.json").exists():
+            return  # unknown or already finished: nothing to stop
+        (directory / "cancelled").touch()
+        sig = SIGNALS[signal] if signal else SIGNALS["TERM"]
+        grace = GRACE_SECONDS if grace_seconds is None else grace_seconds
+        job = self._owned.get(ref.job_id)
+        if job is not None:
+            self._stop(job, sig, grace)
+            return
+        groups = [int(pgid) for pgid in record.get("groups", [])]
+        for pgid in groups:
+            _killpg(pgid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_group_alive(pgid) for pgid in groups):
+            time.sleep(0.05)
+        for pgid in groups:
+            _killpg(pgid, SIGNALS["KILL"])
+
+    def _stop(self, job: _OwnedJob, sig: int, grace: float) -> None:
+        self._signal_all(job, sig)
+        deadline = time.monotonic() + grace
+        for proc in job.processes:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        # whatever is left of each group (children that ignored the signal) goes now
+        self._signal_all(job, signal.SIGKILL)
+        for proc in job.processes:
+            proc.wait()
+
+    @staticmethod
+    def _signal_all(job: _OwnedJob, sig: int) -> None:
+        for proc in job.processes:
+            _killpg(proc.pid, sig)
+
+    def remove(self, ref: JobRef) -> None:
+        try:
+            shutil.rmtree(_job_dir(ref.job_id), ignore_errors=True)
+        except BackendRejected:
+            pass
+
+    # --- output --------------------------------------------------------------------------------------
+
+    def logs(self, ref: JobRef, follow: bool = False, poll_interval: float = 0.2) -> Iterator[str]:
+        """Every node's log; with *follow*, new lines as they come until the job ends."""
+        directory = _job_dir(ref.job_id)
+        if not (directory / "job.json").exists():
+            raise BackendRejected("local", f"no local job {ref.job_id!r} (looked in {directory})")
+        offsets: dict[Path, int] = {}
+        while True:
+            finished = self._status(ref).state.finished
+            for path in sorted(directory.glob("node-*.log")):
+                with open(path, "rb") as handle:
+                    handle.seek(offsets.get(path, 0))
+                    data = handle.read()
+                if not finished and not data.endswith(b"\n"):
+                    data = data[:data.rfind(b"\n") + 1]  # a line still being written waits for its end
+                if data:
+                    offsets[path] = offsets.get(path, 0) + len(data)
+                    yield data.decode("utf-8", errors="replace")
+            if not follow or finished:
+                return
+            time.sleep(poll_interval)
+
+    def check(self) -> str:
+        return f"this machine ({socket.gethostname()}, {os.cpu_count()} CPUs)"

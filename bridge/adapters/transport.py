@@ -14,10 +14,10 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from bridge.errors import BackendUnavailable, InvalidSpec
+from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,11 @@ class Transport(ABC):
     @abstractmethod
     def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0) -> CommandResult:
         """Run *argv* (no shell) on the target host and return its status and output."""
+
+    @abstractmethod
+    def stream(self, argv: Sequence[str], timeout: float = 24 * 3600.0, check: bool = True) -> Iterator[str]:
+        """Run *argv* and yield its stdout as it comes (``logs -f``); with *check*, a failing exit raises
+        BackendRejected after the output."""
 
     def close(self) -> None:  # noqa: B027 - optional hook: transports without connections keep this no-op
         """Release connections; the transport may be used again afterwards."""
@@ -61,6 +66,25 @@ class LocalTransport(Transport):
         except subprocess.TimeoutExpired:
             raise BackendUnavailable(self.name, f"{argv[0]} did not answer within {timeout:g}s") from None
         return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def stream(self, argv: Sequence[str], timeout: float = 24 * 3600.0, check: bool = True) -> Iterator[str]:
+        try:
+            proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+                                    cwd=self.cwd, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise BackendUnavailable(self.name, f"{argv[0]}: command not found on this machine") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            for line in iter(proc.stdout.readline, b""):
+                yield line.decode("utf-8", errors="replace")
+            err = proc.stderr.read().decode("utf-8", errors="replace")
+            code = proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if code != 0 and check:
+            raise BackendRejected(self.name, f"{argv[0]} exited {code}: {' '.join(err.split())[:300]}")
 
 
 class SSHTransport(Transport):
@@ -125,14 +149,15 @@ class SSHTransport(Transport):
             try:
                 with self._lock:
                     client = self._client_or_connect()
-                    chan_in, chan_out, chan_err = client.exec_command(line, timeout=timeout)
+                    chan_in, _, _ = client.exec_command(line, timeout=timeout)
+                    channel = chan_in.channel
                     if stdin is not None:
-                        chan_in.write(stdin)
-                    chan_in.channel.shutdown_write()
-                    out = chan_out.read().decode("utf-8", errors="replace")
-                    err = chan_err.read().decode("utf-8", errors="replace")
-                    code = chan_out.channel.recv_exit_status()
-                return CommandResult(tuple(argv), code, out, err)
+                        channel.sendall(stdin.encode())
+                    channel.shutdown_write()
+                    out, err = _drain(channel, timeout)
+                    code = channel.recv_exit_status()
+                return CommandResult(tuple(argv), code, out.decode("utf-8", errors="replace"),
+                                     err.decode("utf-8", errors="replace"))
             except BackendUnavailable:
                 raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -143,7 +168,61 @@ class SSHTransport(Transport):
                 delay *= 2
         raise AssertionError("unreachable")
 
+    def stream(self, argv: Sequence[str], timeout: float = 24 * 3600.0, check: bool = True) -> Iterator[str]:
+        import paramiko
+
+        try:
+            with self._lock:
+                client = self._client_or_connect()
+                channel = client.get_transport().open_session(timeout=self.connect_timeout)
+            channel.settimeout(timeout)
+            channel.exec_command(self.command_line(argv))
+            channel.shutdown_write()
+            err = bytearray()
+            while True:
+                if channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                data = channel.recv(65536)
+                if not data:
+                    break
+                yield data.decode("utf-8", errors="replace")
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(65536)
+            code = channel.recv_exit_status()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise BackendUnavailable(self.name, f"{self.host}:{self.port}: {exc or type(exc).__name__}") from None
+        if code != 0 and check:
+            text = " ".join(err.decode("utf-8", errors="replace").split())[:300]
+            raise BackendRejected(self.name, f"{argv[0]} exited {code}: {text}")
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _drain(channel, timeout: float) -> tuple[bytes, bytes]:
+    """Read stdout and stderr together until both end: reading one to its end first deadlocks when the
+    other fills the channel's window (a command that writes a lot to stderr before any stdout)."""
+    import select
+
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout
+    while True:
+        progressed = False
+        while channel.recv_ready():
+            out += channel.recv(65536)
+            progressed = True
+        while channel.recv_stderr_ready():
+            err += channel.recv_stderr(65536)
+            progressed = True
+        if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+            # the exit status can arrive before the last data: take what is still buffered
+            if channel.eof_received:
+                break
+        if not progressed:
+            if time.monotonic() > deadline:
+                raise OSError(f"no answer within {timeout:g}s")
+            select.select([channel], [], [], 0.05)
+    return bytes(out), bytes(err)

@@ -134,9 +134,17 @@ def test_sbatch_flags_override_script_and_yaml(tmp_path: Path) -> None:
     path.write_text(SCRIPT)
     rendered = hpcbridge("render", str(path), "--to", "slurm")
     assert "#SBATCH --nodes=2" in rendered.stdout
-    overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "local", "-N", "3")
+    config = tmp_path / "clusters.yaml"
+    config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
+                      "spec: {type: slurm}\n")
+    overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "hpc", "-N", "3",
+                           env={"HPCBRIDGE_CONFIG": str(config)})
     assert overridden.returncode == 0, overridden.stderr
-    assert "--nodes\n  - '3'" in overridden.stdout
+    assert "#SBATCH --nodes=3\n" in overridden.stdout
+    # the local cluster has no partitions: the script's -p is refused, naming the option and the cluster
+    local = hpcbridge("submit", str(path), "--dry-run", "--cluster", "local", "-N", "3")
+    assert local.returncode == 2 and len(local.stderr.strip().splitlines()) == 1
+    assert "hpcbridge.io/partition" in local.stderr and "cluster 'local'" in local.stderr
     yaml_flags = hpcbridge("convert", str(EXAMPLE), "--to", "jobspec", "-N", "5", "-t", "10")
     spec = json.loads(yaml_flags.stdout)
     assert spec["resources"][0]["count"] == 5 and spec["attributes"]["system"]["duration"] == 600.0

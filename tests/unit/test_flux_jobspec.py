@@ -17,7 +17,9 @@ SPECS = sorted(GOLDEN.glob("*.jobspec.json"))
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
 def test_every_golden_jobspec_is_valid(path: Path) -> None:
-    validate_jobspec(json.loads(path.read_text()))
+    # a golden file may start with the refusal of an option the flux backend lacks (test_render_golden)
+    text = "".join(line for line in path.read_text().splitlines(keepends=True) if not line.startswith("# refused:"))
+    validate_jobspec(json.loads(text))
 
 
 def test_batch_and_direct_shapes() -> None:

@@ -10,7 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
+from bridge.adapters.base import (
+    Adapter,
+    Artifact,
+    ArtifactFile,
+    Capabilities,
+    Identity,
+    JobRef,
+    JobState,
+    JobStatus,
+    OptionSpec,
+)
 from bridge.adapters.flux.client import FluxCLI
 from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import LocalTransport, SSHTransport, Transport
@@ -49,8 +59,33 @@ def status_from_json(ref: JobRef, job: dict) -> JobStatus:
                      message=state_name if state_name != "INACTIVE" else str(job.get("result", "")), nodes=nodes)
 
 
+_F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def f58_number(job_id: str) -> int:
+    """A Flux job id (f58 ``ƒ2Xm…``/``f2Xm…`` or decimal) as its integer: FLUIDs grow with submit time."""
+    text = job_id.lstrip("ƒf")
+    if job_id.isdigit():
+        return int(job_id)
+    number = 0
+    for char in text:
+        position = _F58.find(char)
+        if position < 0:
+            return -1
+        number = number * 58 + position
+    return number
+
+
 class FluxAdapter(Adapter):
     backend = "flux"
+    capabilities = Capabilities()
+    options = (
+        OptionSpec("partition", "attributes.system.queue"), OptionSpec("account", "attributes.system.bank"),
+        OptionSpec("dependency", "attributes.system.dependencies (RFC 26)"),
+        OptionSpec("exclusive", "exclusive node allocation"),
+        OptionSpec("constraint", "attributes.system.constraints properties (RFC 31)"),
+        OptionSpec("output", "shell output.stdout path"), OptionSpec("error", "shell output.stderr path"),
+    )
 
     def __init__(self, cluster, transport: Transport | None = None) -> None:
         super().__init__(cluster)
@@ -95,31 +130,24 @@ class FluxAdapter(Adapter):
         meta = user.get("hpcbridge", {}) if isinstance(user, dict) else {}
         return meta.get("uid"), str(meta.get("name", ""))
 
-    def find(self, uid: str, name: str | None = None) -> JobRef | None:
-        candidates = self.client.ids_by_name()
-        for job_id in (candidates.get(name, []) if name else [i for ids in candidates.values() for i in ids]):
-            found_uid, found_name = self._uid_of(job_id)
-            if found_uid == uid:
-                return JobRef(self.cluster.name, "flux", job_id, uid, found_name or name or "")
-        return None
+    def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
+        """One job listing; only jobs whose name matches are opened to compare uids; newest per uid."""
+        by_name = self.client.ids_by_name()
+        wanted = {identity.uid: identity for identity in identities}
+        newest: dict[str, str] = {}
+        for name in {identity.name for identity in identities}:
+            for job_id in by_name.get(name, []):
+                uid = self._uid_of(job_id)[0]
+                if uid in wanted and (uid not in newest or f58_number(job_id) > f58_number(newest[uid])):
+                    newest[uid] = job_id
+        refs = [JobRef(self.cluster.name, "flux", job_id, uid, wanted[uid].name) for uid, job_id in newest.items()]
+        return {ref.uid: status for ref, status in self.poll(refs).items()}
 
     def submit(self, artifact: Artifact) -> JobRef:
-        return self.submit_many([artifact])[0]
-
-    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
-        """One job listing for all; only jobs whose name matches are opened to compare uids."""
-        by_name = self.client.ids_by_name()
-        refs = []
-        for artifact in artifacts:
-            plan = artifact.plan
-            existing = next((job_id for job_id in by_name.get(plan.name, []) if self._uid_of(job_id)[0] == plan.uid),
-                            None)
-            if existing is None:
-                # a suspended TrainJob is submitted held (urgency 0); `flux job urgency ID 16` releases it
-                existing = self.client.submit(artifact.main, 0 if plan.suspend else None)
-                by_name.setdefault(plan.name, []).append(existing)
-            refs.append(JobRef(self.cluster.name, "flux", existing, plan.uid, plan.name))
-        return refs
+        plan = artifact.plan
+        # a suspended TrainJob is submitted held (urgency 0); `flux job urgency ID 16` releases it
+        job_id = self.client.submit(artifact.main, 0 if plan.suspend else None)
+        return JobRef(self.cluster.name, "flux", job_id, plan.uid, plan.name)
 
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
         """One query for every tracked job."""
@@ -136,9 +164,9 @@ class FluxAdapter(Adapter):
             statuses[ref] = status_from_json(ref, job) if job else JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
         return statuses
 
-    def wait(self, ref: JobRef, timeout: float = 3600.0) -> JobStatus:
+    def wait(self, ref: JobRef, timeout: float | None = None) -> JobStatus:
         """Block on the job's eventlog until it is clean (event-driven), then read its final state once."""
-        self.client.wait_clean(ref.job_id, timeout)
+        self.client.wait_clean(ref.job_id, 7 * 24 * 3600.0 if timeout is None else timeout)
         return self.poll([ref])[ref]
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
@@ -153,8 +181,13 @@ class FluxAdapter(Adapter):
         yield from self.client.output(ref.job_id, follow)
 
     def list_jobs(self) -> list[JobStatus]:
-        refs = [JobRef(self.cluster.name, "flux", job_id, "", name)
-                for name, ids in self.client.ids_by_name().items() for job_id in ids]
+        """This user's jobs that carry an hpc-bridge uid (one listing, then each job's jobspec)."""
+        refs = []
+        for name, ids in self.client.ids_by_name(mine=True).items():
+            for job_id in ids:
+                uid, recorded_name = self._uid_of(job_id)
+                if uid:
+                    refs.append(JobRef(self.cluster.name, "flux", job_id, uid, recorded_name or name))
         return list(self.poll(refs).values())
 
     def check(self) -> str:

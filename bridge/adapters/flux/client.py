@@ -6,11 +6,12 @@ matches the broker) saves a process per call and is imported only when a cluster
 
 from __future__ import annotations
 
+import errno
 import json
-import signal as signals
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from bridge.adapters.base import SIGNALS
 from bridge.adapters.transport import CommandResult, Transport
 from bridge.errors import BackendRejected, BackendUnavailable
 
@@ -34,8 +35,10 @@ class FluxCLI:
             raise BackendUnavailable("flux", f"{what}: {text[:400]}")
         raise BackendRejected("flux", f"{what}: {text[:400]}")
 
-    def ids_by_name(self) -> dict[str, list[str]]:
-        listing = self.run(["jobs", "-a", "--no-header", "--format={id.f58} {name}"], "flux jobs").stdout
+    def ids_by_name(self, mine: bool = False) -> dict[str, list[str]]:
+        """Job ids by job name, every state; every user's unless *mine*."""
+        who = [] if mine else ["--user=all"]
+        listing = self.run(["jobs", "-a", *who, "--no-header", "--format={id.f58} {name}"], "flux jobs").stdout
         names: dict[str, list[str]] = {}
         for line in listing.splitlines():
             job_id, _, name = line.partition(" ")
@@ -82,10 +85,12 @@ class FluxCLI:
     def cancel(self, job_id: str) -> None:
         self.run(["cancel", job_id], "flux cancel")
 
-    def output(self, job_id: str, follow: bool) -> list[str]:
+    def output(self, job_id: str, follow: bool) -> Iterator[str]:
         if follow:
-            return [self.run(["job", "attach", "--read-only", job_id], "flux job attach", timeout=24 * 3600,
-                             check=False).stdout]
+            # attach --read-only prints the output as the job writes it and returns when the job ends
+            # (its exit status is the job's, so it is not an error here)
+            yield from self.transport.stream([self.flux, "job", "attach", "--read-only", job_id], check=False)
+            return
         result = self.run(["job", "eventlog", "--format=json", "--path=guest.output", job_id], "flux job eventlog")
         chunks = []
         for line in result.stdout.splitlines():
@@ -96,12 +101,24 @@ class FluxCLI:
             context = event.get("context", {})
             if event.get("name") == "data" and "data" in context:
                 chunks.append(context["data"])
-        return chunks
+        yield from chunks
 
     def describe(self) -> str:
         version = self.run(["version"], "flux version").stdout.splitlines()
         size = self.run(["getattr", "size"], "flux getattr size").stdout.strip()
         return f"{version[0] if version else 'flux'}; instance size {size}"
+
+
+#: errno values of flux-python calls that mean "the broker is not reachable now", not "no"
+_TRANSIENT_ERRNO = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ETIMEDOUT,
+                    errno.EHOSTUNREACH, errno.EAGAIN, errno.ENOSYS, errno.EIO}
+
+
+def python_error(exc: OSError, what: str) -> Exception:
+    """flux-python raises OSError for everything: transport trouble is retryable, the rest is a refusal."""
+    if exc.errno in _TRANSIENT_ERRNO:
+        return BackendUnavailable("flux", f"{what}: {exc.strerror or exc}")
+    return BackendRejected("flux", f"{what}: {exc.strerror or exc}")
 
 
 class FluxPython:
@@ -127,12 +144,13 @@ class FluxPython:
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
-            raise BackendRejected("flux", f"{what}: {exc.strerror or exc}") from None
+            raise python_error(exc, what) from None
 
-    def ids_by_name(self) -> dict[str, list[str]]:
+    def ids_by_name(self, mine: bool = False) -> dict[str, list[str]]:
         names: dict[str, list[str]] = {}
+        who = {} if mine else {"user": "all"}
         jobs = self._call("job list", lambda: self._job.JobList(self.handle, attrs=["name"], max_entries=0,
-                                                                user="all").jobs())
+                                                                **who).jobs())
         for info in jobs:
             names.setdefault(info.name, []).append(info.id.f58)
         return names
@@ -172,15 +190,24 @@ class FluxPython:
         return True
 
     def kill(self, job_id: str, signal: str) -> None:
-        signum = getattr(signals, f"SIG{signal.upper().removeprefix('SIG')}")
-        self._call("kill", self._job.kill, self.handle, self._id(job_id), signum)
+        self._call("kill", self._job.kill, self.handle, self._id(job_id), SIGNALS[signal])
 
     def cancel(self, job_id: str) -> None:
         self._call("cancel", self._job.cancel, self.handle, self._id(job_id))
 
-    def output(self, job_id: str, follow: bool) -> list[str]:
-        out = self._call("output", self._job.job_output, self.handle, self._id(job_id), nowait=not follow)
-        return [out.stdout, out.stderr] if out.stderr else [out.stdout]
+    def output(self, job_id: str, follow: bool) -> Iterator[str]:
+        if not follow:
+            out = self._call("output", self._job.job_output, self.handle, self._id(job_id), nowait=True)
+            yield from ([out.stdout, out.stderr] if out.stderr else [out.stdout])
+            return
+        # the guest.output eventlog streams while the job runs; the watch ends when the job's shell closes it
+        try:
+            for event in self._job.event_watch(self.handle, self._id(job_id), eventlog="guest.output"):
+                context = getattr(event, "context", {}) or {}
+                if getattr(event, "name", "") == "data" and context.get("data"):
+                    yield context["data"]
+        except OSError as exc:
+            raise python_error(exc, "output") from None
 
     def describe(self) -> str:
         return f"flux-python {getattr(self._flux, '__version__', '?')}; instance size {self.handle.attr_get('size')}"

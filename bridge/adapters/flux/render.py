@@ -68,7 +68,44 @@ def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]
     if plan.options.dependency:
         system["dependencies"] = [{"scheme": scheme, "value": value} for scheme, _, value in
                                   (item.partition(":") for item in plan.options.dependency.split(","))]
+    if plan.options.constraint:
+        system["constraints"] = {"properties": _properties(plan.options.constraint)}
+    output = {stream: {"type": "file", "path": _flux_path(f"metadata.annotations[hpcbridge.io/{option}]", path)}
+              for stream, option, path in (("stdout", "output", plan.options.output),
+                                           ("stderr", "error", plan.options.error)) if path}
+    if output:
+        system["shell"]["options"]["output"] = output
     return system
+
+
+def _properties(constraint: str) -> list[str]:
+    """A Slurm constraint of features joined by ``&`` → Flux node properties (RFC 31); nothing else maps."""
+    features = constraint.split("&")
+    if not all(feature and feature.replace("-", "").replace("_", "").replace(".", "").isalnum()
+               for feature in features):
+        raise InvalidSpec("metadata.annotations[hpcbridge.io/constraint]", constraint,
+                          "Flux takes node properties joined by & (no |, brackets or counts)")
+    return features
+
+
+#: Slurm filename patterns with a Flux equivalent (mustache templates of the job shell)
+_PATTERNS = {"%j": "{{id}}", "%x": "{{name}}", "%%": "%"}
+
+
+def _flux_path(where: str, path: str) -> str:
+    out, index = [], 0
+    while index < len(path):
+        if path[index] == "%":
+            pattern = path[index:index + 2]
+            if pattern not in _PATTERNS:
+                raise InvalidSpec(where, path, f"Flux has no equivalent of the filename pattern {pattern!r} "
+                                               "(only %j, %x and %%)")
+            out.append(_PATTERNS[pattern])
+            index += 2
+        else:
+            out.append(path[index])
+            index += 1
+    return "".join(out)
 
 
 def _user(plan: LaunchPlan) -> dict[str, Any]:
@@ -85,7 +122,7 @@ def batch_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> d
     # RFC 37 modes are full st_mode values: a regular file (S_IFREG) the owner may read and execute
     system["files"] = {"script": {"mode": 0o100700, "data": batch_script(plan), "encoding": "utf-8"}}
     # as `flux batch` sets them: brokers one per node, no MPI personality, no early exit of the subinstance
-    system["shell"]["options"] = {"per-resource": {"type": "node"}, "mpi": "none", "exit-timeout": "none"}
+    system["shell"]["options"].update({"per-resource": {"type": "node"}, "mpi": "none", "exit-timeout": "none"})
     return {
         "version": 1,
         "resources": [{"type": "node", "count": plan.nodes, "exclusive": True,
@@ -105,6 +142,7 @@ def direct_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> 
     return {
         "version": 1,
         "resources": [{"type": "node", "count": plan.nodes,
+                       **({"exclusive": True} if plan.options.exclusive else {}),
                        "with": [{"type": "slot", "count": plan.procs_per_node, "label": "task", "with": slot_with}]}],
         "tasks": [{"command": list(plan.exec_argv), "slot": "task", "count": {"per_slot": 1}}],
         "attributes": {"system": _system(plan, base_env), "user": _user(plan)},

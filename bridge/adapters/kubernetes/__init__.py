@@ -8,14 +8,32 @@ from __future__ import annotations
 
 import base64
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import yaml
 
-from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
-from bridge.adapters.kubernetes.render import JOBSET_API, UID_LABEL, render_manifests
-from bridge.errors import BackendRejected
+from bridge.adapters.base import (
+    Adapter,
+    Artifact,
+    ArtifactFile,
+    Capabilities,
+    Identity,
+    JobRef,
+    JobState,
+    JobStatus,
+    OptionSpec,
+)
+from bridge.adapters.kubernetes.render import (
+    ACCOUNT_LABEL,
+    FEATURE_LABEL_PREFIX,
+    JOBSET_API,
+    PARTITION_LABEL,
+    UID_LABEL,
+    render_manifests,
+)
+from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -41,6 +59,15 @@ def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
 
 class KubernetesAdapter(Adapter):
     backend = "kubernetes"
+    # signals: deleting a JobSet sends SIGTERM to every pod, then SIGKILL after the grace period; no other signal
+    capabilities = Capabilities(signals=False, unique_names=True)
+    options = (
+        OptionSpec("partition", f"nodeSelector {PARTITION_LABEL}: <partition>"),
+        OptionSpec("constraint", f"nodeSelector {FEATURE_LABEL_PREFIX}<feature>: \"true\" per &-joined feature"),
+        OptionSpec("qos", "priorityClassName"),
+        OptionSpec("account", f"label {ACCOUNT_LABEL} on the JobSet and its pods"),
+        OptionSpec("exclusive", "pod anti-affinity: no other hpc-bridge pod on the same node"),
+    )
 
     def __init__(self, cluster, api_client=None) -> None:
         super().__init__(cluster)
@@ -71,11 +98,11 @@ class KubernetesAdapter(Adapter):
         return client.CustomObjectsApi(self.api)
 
     def _call(self, what: str, fn, *args, **kwargs):
-        from bridge.adapters.kubernetes.client import translate
+        from bridge.adapters.kubernetes.client import CLIENT_ERRORS, translate
 
         try:
             return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - every client failure becomes a typed error
+        except CLIENT_ERRORS as exc:  # API answers and transport failures; a bug in our code stays a bug
             raise translate(exc, what) from None
 
     # --- submit --------------------------------------------------------------------------------------
@@ -84,37 +111,26 @@ class KubernetesAdapter(Adapter):
         conn = self.cluster.spec.kubernetes
         return (conn.namespace if conn and conn.namespace else None) or plan_namespace
 
-    def find(self, uid: str, namespace: str | None = None) -> JobRef | None:
-        ns = namespace or self._namespace("default")
-        found = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
-                           label_selector=f"{UID_LABEL}={uid}")
-        for item in found.get("items", []):
-            name = item["metadata"]["name"]
-            return JobRef(self.cluster.name, "kubernetes", f"{ns}/{name}", uid, name)
-        return None
-
-    def submit(self, artifact: Artifact) -> JobRef:
-        return self.submit_many([artifact])[0]
-
-    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
-        """One JobSet list per namespace finds what already exists; only the rest is created."""
-        known: dict[str, JobRef] = {}
-        for namespace in {self._namespace(a.plan.namespace) for a in artifacts}:
-            uids = sorted({a.plan.uid for a in artifacts if self._namespace(a.plan.namespace) == namespace})
-            for first in range(0, len(uids), 100):  # keeps the selector well inside URL limits
-                # the server filters by the set of uids: the answer holds only jobs that already exist
-                selector = f"{UID_LABEL} in ({','.join(uids[first:first + 100])})"
+    def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
+        """One JobSet list per namespace, filtered server-side by the set of uids."""
+        found: dict[str, JobStatus] = {}
+        by_namespace: dict[str, list[str]] = {}
+        for identity in identities:
+            by_namespace.setdefault(self._namespace(identity.namespace), []).append(identity.uid)
+        for namespace, uids in by_namespace.items():
+            unique = sorted(set(uids))
+            for first in range(0, len(unique), 100):  # keeps the selector well inside URL limits
+                selector = f"{UID_LABEL} in ({','.join(unique[first:first + 100])})"
                 listing = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION,
                                      namespace, PLURAL, label_selector=selector)
                 for item in listing.get("items", []):
                     name, uid = item["metadata"]["name"], item["metadata"]["labels"][UID_LABEL]
-                    known[uid] = JobRef(self.cluster.name, "kubernetes", f"{namespace}/{name}", uid, name)
-        refs = []
-        for artifact in artifacts:
-            if artifact.plan.uid not in known:
-                known[artifact.plan.uid] = self._create_all(artifact)
-            refs.append(known[artifact.plan.uid])
-        return refs
+                    ref = JobRef(self.cluster.name, "kubernetes", f"{namespace}/{name}", uid, name)
+                    found[uid] = self._jobset_status(ref, item)
+        return found
+
+    def submit(self, artifact: Artifact) -> JobRef:
+        return self._create_all(artifact)
 
     def _create_all(self, artifact: Artifact) -> JobRef:
         plan = artifact.plan
@@ -128,12 +144,15 @@ class KubernetesAdapter(Adapter):
             if kind == "Secret" and obj.get("type") == "kubernetes.io/ssh-auth":
                 obj["data"] = _ssh_secret_data(plan.name)  # keys are made here, never rendered or logged
                 obj["metadata"].get("annotations", {}).pop("hpcbridge.io/ssh-keys", None)
-                self._create(core.create_namespaced_secret, namespace, obj, "create secret")
+                self._create(core.create_namespaced_secret, namespace, obj, "create secret",
+                             core.read_namespaced_secret)
             elif kind == "ConfigMap":
-                self._create(core.create_namespaced_config_map, namespace, obj, "create configmap")
+                self._create(core.create_namespaced_config_map, namespace, obj, "create configmap",
+                             core.read_namespaced_config_map)
             elif obj.get("apiVersion") == JOBSET_API and kind == "JobSet":
                 jobset = self._create(lambda ns, body: custom.create_namespaced_custom_object(
-                    GROUP, VERSION, ns, PLURAL, body), namespace, obj, "create jobset")
+                    GROUP, VERSION, ns, PLURAL, body), namespace, obj, "create jobset",
+                    lambda name, ns: custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
                 self._own(namespace, created, jobset)
                 return JobRef(self.cluster.name, "kubernetes", f"{namespace}/{obj['metadata']['name']}", plan.uid,
                               obj["metadata"]["name"])
@@ -142,17 +161,25 @@ class KubernetesAdapter(Adapter):
             created.append((kind, obj["metadata"]["name"]))
         raise BackendRejected("kubernetes", "the artifact has no JobSet")
 
-    def _create(self, fn, namespace: str, body: dict, what: str):
+    def _create(self, fn, namespace: str, body: dict, what: str, read=None):
         from kubernetes.client.exceptions import ApiException
 
         try:
             return fn(namespace, body)
         except ApiException as exc:
-            if exc.status == 409:  # left over from an interrupted submit: keep it (same uid, same job)
-                return None
-            from bridge.adapters.kubernetes.client import translate
+            if exc.status != 409:
+                from bridge.adapters.kubernetes.client import translate
 
-            raise translate(exc, what) from None
+                raise translate(exc, what) from None
+        # the name is taken: ours from an interrupted submit (same uid) is kept; anyone else's is a refusal
+        name, uid = body["metadata"]["name"], body["metadata"]["labels"][UID_LABEL]
+        existing = self._call(f"read {body['kind']}", read, name, namespace) if read else None
+        labels = (existing.get("metadata", {}) if isinstance(existing, dict)
+                  else (existing.metadata.to_dict() if existing is not None else {})).get("labels") or {}
+        if existing is not None and labels.get(UID_LABEL) != uid:
+            raise BackendRejected("kubernetes", f"{body['kind']} {namespace}/{name} already exists and belongs to "
+                                                f"another TrainJob (uid {labels.get(UID_LABEL) or 'none'})")
+        return existing if isinstance(existing, dict) else None
 
     def _own(self, namespace: str, created: list[tuple[str, str]], jobset: dict | None) -> None:
         """Make the JobSet own its Secret and ConfigMap, so deleting it deletes them."""
@@ -186,14 +213,49 @@ class KubernetesAdapter(Adapter):
                 if jobset is None:
                     statuses[ref] = JobStatus(ref, JobState.UNKNOWN, reason="NotFound")
                     continue
-                state, reason, message = jobset_state(jobset)
-                statuses[ref] = JobStatus(ref, state, reason=reason, message=message,
-                                          exit_code=0 if state == JobState.SUCCEEDED else None)
-                if state == JobState.PENDING:
+                statuses[ref] = self._jobset_status(ref, jobset)
+                if statuses[ref].state == JobState.PENDING:
                     pending.append(ref)
             if pending:
                 self._scheduling_reasons(namespace, pending, statuses)
         return statuses
+
+    def _jobset_status(self, ref: JobRef, jobset: dict) -> JobStatus:
+        state, reason, message = jobset_state(jobset)
+        if not ref.uid:
+            uid = ((jobset.get("metadata") or {}).get("labels") or {}).get(UID_LABEL, "")
+            ref = JobRef(ref.cluster, ref.backend, ref.job_id, uid, ref.name)
+        return JobStatus(ref, state, reason=reason, message=message,
+                         exit_code=0 if state == JobState.SUCCEEDED else None)
+
+    def wait(self, ref: JobRef, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
+        """Polls the JobSet (one GET-list per interval) until it ends."""
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.poll([ref])[ref]
+            if status.state.finished or (give_up is not None and time.monotonic() >= give_up):
+                return status
+            time.sleep(poll_interval)
+
+    def remove(self, ref: JobRef) -> None:
+        """A JobSet name exists once per namespace: a rerun deletes the finished one (and what it owns)."""
+        self.cancel(ref)
+        namespace, name = ref.job_id.split("/", 1)
+        custom = self._custom()
+        from kubernetes.client.exceptions import ApiException
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                from bridge.adapters.kubernetes.client import translate
+
+                raise translate(exc, "read jobset") from None
+            time.sleep(0.5)
+        raise BackendUnavailable("kubernetes", f"JobSet {namespace}/{name} was not deleted within 60s")
 
     def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict) -> None:
         names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
@@ -211,7 +273,11 @@ class KubernetesAdapter(Adapter):
                         break
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
+        """Deletes the JobSet: every pod gets SIGTERM, then SIGKILL after the grace period."""
         from kubernetes import client
+
+        if signal not in (None, "TERM", "KILL"):
+            raise self.unsupported("cancel --signal", f"pods are stopped with SIGTERM (then SIGKILL), not SIG{signal}")
 
         namespace, name = ref.job_id.split("/", 1)
         options = client.V1DeleteOptions(propagation_policy="Foreground",
@@ -242,14 +308,46 @@ class KubernetesAdapter(Adapter):
                         raise translate(exc, f"delete {what}") from None
 
     def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
-        """Logs of the trainer pods' ``node`` containers, as the API server serves them (needs kubelets)."""
+        """Logs of the trainer pods' ``node`` containers, as the API server serves them (needs kubelets).
+
+        With *follow*, every pod's log streams at once, line by line with the pod's name in front, until
+        every pod's container has ended."""
         namespace, name = ref.job_id.split("/", 1)
         pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
                           label_selector=f"{JOBSET_NAME_LABEL}={name}")
-        for pod in sorted(pods.items, key=lambda p: p.metadata.name):
-            text = self._call("read log", self._core().read_namespaced_pod_log, pod.metadata.name, namespace,
-                              container="node", follow=follow)
-            yield f"==> {pod.metadata.name} <==\n{text}"
+        names = sorted(pod.metadata.name for pod in pods.items)
+        if not follow:
+            for pod in names:
+                text = self._call("read log", self._core().read_namespaced_pod_log, pod, namespace, container="node")
+                yield f"==> {pod} <==\n{text}"
+            return
+        import queue
+        import threading
+
+        lines: queue.Queue = queue.Queue()
+
+        def pump(pod: str) -> None:
+            try:
+                response = self._call("follow log", self._core().read_namespaced_pod_log, pod, namespace,
+                                      container="node", follow=True, _preload_content=False)
+                for raw in response.stream():
+                    lines.put(raw.decode("utf-8", errors="replace"))
+            except Exception as exc:  # noqa: BLE001 - handed to the reading thread, which raises it
+                lines.put(exc)
+            finally:
+                lines.put(None)
+
+        for pod in names:
+            threading.Thread(target=pump, args=(pod,), daemon=True).start()
+        ended = 0
+        while ended < len(names):
+            item = lines.get()
+            if item is None:
+                ended += 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
 
     def ref(self, job_id: str) -> JobRef:
         namespace, _, name = job_id.rpartition("/")
@@ -260,9 +358,9 @@ class KubernetesAdapter(Adapter):
         ns = self._namespace("default")
         listing = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION, ns,
                              PLURAL, label_selector=UID_LABEL)
-        refs = [JobRef(self.cluster.name, "kubernetes", f"{ns}/{i['metadata']['name']}",
-                       i["metadata"]["labels"][UID_LABEL], i["metadata"]["name"]) for i in listing.get("items", [])]
-        return list(self.poll(refs).values())
+        return [self._jobset_status(JobRef(self.cluster.name, "kubernetes", f"{ns}/{i['metadata']['name']}",
+                                           i["metadata"]["labels"][UID_LABEL], i["metadata"]["name"]), i)
+                for i in listing.get("items", [])]
 
     def check(self) -> str:
         from kubernetes import client

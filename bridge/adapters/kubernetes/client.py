@@ -26,6 +26,16 @@ def api_client(connection) -> Any:
         raise BackendUnavailable("kubernetes", f"kubeconfig: {exc}") from None
 
 
+def _client_errors() -> tuple[type[BaseException], ...]:
+    from kubernetes.client.exceptions import ApiException, ApiValueError
+    from urllib3.exceptions import HTTPError
+
+    return (ApiException, ApiValueError, HTTPError, OSError)
+
+
+CLIENT_ERRORS = _client_errors()
+
+
 def translate(exc: Exception, what: str) -> Exception:
     """ApiException and connection errors → our typed errors (4xx permanent, 5xx/transport retryable)."""
     from kubernetes.client.exceptions import ApiException
@@ -41,4 +51,8 @@ def translate(exc: Exception, what: str) -> Exception:
         if exc.status in (None, 0, 429) or (exc.status or 0) >= 500:
             return BackendUnavailable("kubernetes", f"{what}: HTTP {exc.status}: {message}")
         return BackendRejected("kubernetes", f"{what}: HTTP {exc.status}: {message}")
-    return BackendUnavailable("kubernetes", f"{what}: {exc}")
+    from kubernetes.client.exceptions import ApiValueError
+
+    if isinstance(exc, ApiValueError):  # the client refused the request before sending it
+        return BackendRejected("kubernetes", f"{what}: {exc}")
+    return BackendUnavailable("kubernetes", f"{what}: {exc}")  # connection refused, reset, timed out, TLS

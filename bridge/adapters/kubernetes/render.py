@@ -8,6 +8,7 @@ counts, PET_* for torch, SSH Secret + hostfile for MPI, identity labels. Pure: n
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from bridge.api.loader import dump_yaml
@@ -19,6 +20,12 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 UID_LABEL = "hpcbridge.io/uid"
 NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
 KEYS_ANNOTATION = "hpcbridge.io/ssh-keys"
+#: the Slurm-shaped knobs on Kubernetes: partitions and features are node labels, accounts a label for chargeback
+PARTITION_LABEL = "hpcbridge.io/partition"
+FEATURE_LABEL_PREFIX = "feature.hpcbridge.io/"
+ACCOUNT_LABEL = "hpcbridge.io/account"
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 def ssh_secret_name(plan: LaunchPlan) -> str:
@@ -109,17 +116,66 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         if plan.launcher == Launcher.TORCHRUN:
             _torch(plan, container)
 
+    placement = _placement(plan)
     for job in jobs:
         job_spec = job.setdefault("template", {}).setdefault("spec", {})
         if plan.time_limit_seconds:
             job_spec["activeDeadlineSeconds"] = plan.time_limit_seconds
         pod_meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
         pod_meta.setdefault("labels", {}).update(_labels(plan))
+        _place(_pod_spec(job), placement)
+        if plan.options.account:
+            pod_meta["labels"][ACCOUNT_LABEL] = plan.options.account
     if plan.suspend:
         spec["suspend"] = True
-    metadata: dict[str, Any] = {"name": plan.name, "namespace": plan.namespace,
-                                "labels": {**dict(plan.labels), **_labels(plan)}}
+    labels = {**dict(plan.labels), **_labels(plan)}
+    if plan.options.account:
+        labels[ACCOUNT_LABEL] = plan.options.account
+    metadata: dict[str, Any] = {"name": plan.name, "namespace": plan.namespace, "labels": labels}
     return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
+
+
+def _placement(plan: LaunchPlan) -> dict[str, Any]:
+    """The portable scheduler knobs in Kubernetes terms (README: "Scheduler knobs on Kubernetes")."""
+    options = plan.options
+    for knob, value in (("partition", options.partition), ("account", options.account)):
+        if value and not _LABEL_NAME.fullmatch(value):
+            raise InvalidSpec(f"metadata.annotations[hpcbridge.io/{knob}]", value,
+                              "on Kubernetes this is a label value: letters, digits, - _ . (63 at most)")
+    if options.qos and not _DNS_SUBDOMAIN.fullmatch(options.qos):
+        raise InvalidSpec("metadata.annotations[hpcbridge.io/qos]", options.qos,
+                          "on Kubernetes this is a PriorityClass name: lowercase letters, digits, - and .")
+    selector: dict[str, str] = {}
+    if options.partition:
+        selector[PARTITION_LABEL] = options.partition
+    if options.constraint:
+        features = options.constraint.split("&")
+        for feature in features:
+            if not _LABEL_NAME.fullmatch(feature):
+                raise InvalidSpec("metadata.annotations[hpcbridge.io/constraint]", options.constraint,
+                                  "Kubernetes takes node features joined by & (each a label name; no |, brackets "
+                                  "or counts)")
+            selector[f"{FEATURE_LABEL_PREFIX}{feature}"] = "true"
+    placement: dict[str, Any] = {}
+    if selector:
+        placement["nodeSelector"] = selector
+    if options.qos:
+        placement["priorityClassName"] = options.qos
+    if options.exclusive:
+        # no other hpc-bridge pod (of this job or another) shares a node with this job's pods
+        placement["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": UID_LABEL, "operator": "Exists"}]},
+            "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}]}}
+    return placement
+
+
+def _place(pod: dict[str, Any], placement: dict[str, Any]) -> None:
+    if "nodeSelector" in placement:
+        pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **placement["nodeSelector"]}
+    if "priorityClassName" in placement:
+        pod["priorityClassName"] = placement["priorityClassName"]
+    if "affinity" in placement:
+        pod.setdefault("affinity", {})["podAntiAffinity"] = copy.deepcopy(placement["affinity"]["podAntiAffinity"])
 
 
 def _torch(plan: LaunchPlan, container: dict[str, Any]) -> None:

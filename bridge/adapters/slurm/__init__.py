@@ -11,7 +11,17 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 
-from bridge.adapters.base import Adapter, Artifact, ArtifactFile, JobRef, JobState, JobStatus
+from bridge.adapters.base import (
+    Adapter,
+    Artifact,
+    ArtifactFile,
+    Capabilities,
+    Identity,
+    JobRef,
+    JobState,
+    JobStatus,
+    OptionSpec,
+)
 from bridge.adapters.slurm.render import comment_uid, render_script
 from bridge.adapters.slurm.state import (
     SACCT_FIELDS,
@@ -52,8 +62,22 @@ def _rest_record(job: dict) -> SlurmRecord:
                        str(job.get("nodes") or ""), str(job.get("name") or ""), str(job.get("comment") or ""))
 
 
+def _job_number(job_id: str) -> int:
+    """123, 123_4 (array task), 123+1 (het component) → 123, for "newest" comparisons."""
+    match = re.match(r"\d+", job_id)
+    return int(match.group()) if match else -1
+
+
 class SlurmAdapter(Adapter):
     backend = "slurm"
+    capabilities = Capabilities()
+    options = (
+        OptionSpec("partition", "#SBATCH --partition"), OptionSpec("account", "#SBATCH --account"),
+        OptionSpec("qos", "#SBATCH --qos"), OptionSpec("constraint", "#SBATCH --constraint"),
+        OptionSpec("exclusive", "#SBATCH --exclusive"), OptionSpec("array", "#SBATCH --array"),
+        OptionSpec("dependency", "#SBATCH --dependency"), OptionSpec("output", "#SBATCH --output"),
+        OptionSpec("error", "#SBATCH --error"), OptionSpec("sbatch", "#SBATCH --<option>, verbatim"),
+    )
 
     def __init__(self, cluster, transport: Transport | None = None) -> None:
         super().__init__(cluster)
@@ -100,26 +124,38 @@ class SlurmAdapter(Adapter):
             raise BackendUnavailable("slurm", f"{what}: {text}")
         raise BackendRejected("slurm", f"{what}: {text}")
 
-    def _all_records(self, name: str | None = None) -> list[SlurmRecord]:
+    def _all_records(self, name: str | None = None, mine: bool = False) -> list[SlurmRecord]:
         if self.rest is not None:
-            records = [_rest_record(job) for job in self.rest.jobs()]
+            user = self.cluster.spec.slurm.user if mine and self.cluster.spec.slurm else None
+            records = [_rest_record(job) for job in self.rest.jobs() if user is None or job.get("user_name") == user]
             return [r for r in records if name is None or r.name == name]
         argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
         if name:
             argv.append(f"--name={name}")
+        if mine:
+            argv.append("--me")
         return parse_squeue(self._check(self.transport.run(argv), "squeue").stdout)
 
-    def find(self, uid: str, name: str | None = None) -> JobRef | None:
-        for record in self._all_records(name):
-            if comment_uid(record.comment) == uid and record.state != JobState.CANCELLED:
-                return JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
-        return None
+    def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
+        """One squeue listing (filtered by name when there is one job to find); newest job per uid."""
+        wanted = {identity.uid for identity in identities}
+        names = {identity.name for identity in identities}
+        found: dict[str, tuple[int, JobStatus]] = {}
+        for record in self._all_records(next(iter(names)) if len(names) == 1 else None):
+            uid = comment_uid(record.comment)
+            if uid in wanted:
+                order = _job_number(record.job_id)
+                if uid not in found or order > found[uid][0]:
+                    ref = JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
+                    found[uid] = (order, self._status(ref, record))
+        return {uid: status for uid, (_, status) in found.items()}
 
     def list_jobs(self) -> list[JobStatus]:
+        """This user's jobs that carry an hpc-bridge uid (squeue --me; REST: the token's user)."""
         statuses = []
-        for record in self._all_records():
+        for record in self._all_records(mine=True):
             uid = comment_uid(record.comment)
-            if uid is not None:
+            if uid:
                 ref = JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
                 statuses.append(self._status(ref, record))
         return statuses
@@ -132,24 +168,8 @@ class SlurmAdapter(Adapter):
         return f"{' '.join(result.stdout.split())}; {version}"
 
     def submit(self, artifact: Artifact) -> JobRef:
-        return self.submit_many([artifact])[0]
-
-    def submit_many(self, artifacts: Sequence[Artifact]) -> list[JobRef]:
-        """Submit several jobs with one idempotency lookup for all of them (the operator's batch path)."""
-        known: dict[str, JobRef] = {}
-        for record in self._all_records(artifacts[0].plan.name if len(artifacts) == 1 else None):
-            uid = comment_uid(record.comment)
-            if uid is not None and record.state != JobState.CANCELLED:
-                known.setdefault(uid, JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name))
-        refs = []
-        for artifact in artifacts:
-            plan = artifact.plan
-            if plan.uid in known:
-                refs.append(known[plan.uid])  # idempotent: a job with this TrainJob's uid is already there
-                continue
-            refs.append(JobRef(self.cluster.name, "slurm", self._send(artifact), plan.uid, plan.name))
-            known[plan.uid] = refs[-1]
-        return refs
+        plan = artifact.plan
+        return JobRef(self.cluster.name, "slurm", self._send(artifact), plan.uid, plan.name)
 
     def _send(self, artifact: Artifact) -> str:
         if self.rest is not None:
@@ -204,9 +224,10 @@ class SlurmAdapter(Adapter):
             return parse_sacct(result.stdout)
         if "accounting storage is disabled" in result.stderr or "accounting_storage/none" in result.stderr:
             # no slurmdbd: the job-completion log still has every finished job
-            result = self.transport.run([*base[:1], "--completion", "--starttime=1970-01-01", *base[1:]])
-            if result.ok:
-                return [r for r in parse_sacct(result.stdout) if r.job_id in job_ids]
+            result = self._check(self.transport.run([*base[:1], "--completion", "--starttime=1970-01-01", *base[1:]]),
+                                 "sacct --completion")
+            return [r for r in parse_sacct(result.stdout) if r.job_id in job_ids]
+        self._check(result, "sacct")
         return []
 
     def _status(self, ref: JobRef, record: SlurmRecord) -> JobStatus:
@@ -229,6 +250,15 @@ class SlurmAdapter(Adapter):
                     return
                 time.sleep(min(1.0, grace_seconds))
         self._check(self.transport.run(["scancel", ref.job_id]), "scancel")
+
+    def wait(self, ref: JobRef, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
+        """Slurm has no event stream to block on: one batched-poll call per interval until the job ends."""
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.poll([ref])[ref]
+            if status.state.finished or (give_up is not None and time.monotonic() >= give_up):
+                return status
+            time.sleep(poll_interval)
 
     def output_path(self, ref: JobRef) -> str | None:
         if self.rest is not None:

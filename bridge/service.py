@@ -1,0 +1,402 @@
+"""The one orchestration layer: load → validate → resolve → plan → render → submit → poll → cancel → logs.
+
+Every front end (the CLI, the operator) calls these functions and nothing below them: a front end never
+builds a LaunchPlan or reaches into an adapter. What lives here and nowhere else:
+- idempotent submit: a TrainJob uid that already has a job on the cluster gets that job back; a finished
+  one is run again only when asked (``if_finished="rerun"``), never by accident;
+- the durable record of submissions (``bridge.records``), written before submit returns;
+- bounded retries of transient backend errors (``BackendUnavailable``), reported, then raised.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from bridge.errors import AlreadyRan, BackendUnavailable, InvalidSpec
+
+if TYPE_CHECKING:
+    from bridge.adapters.base import Adapter, Artifact, JobRef, JobStatus
+    from bridge.api.cluster import BridgeCluster
+    from bridge.api.loader import Resource
+    from bridge.api.trainjob import TrainJob
+    from bridge.plan import LaunchPlan
+
+T = TypeVar("T")
+
+#: backend types ``render --to`` and ``convert --to`` can target without a configured cluster
+BACKENDS = ("local", "slurm", "flux", "kubernetes")
+#: what submit does when the TrainJob's uid already has a finished job on the cluster
+IfFinished = Literal["error", "attach", "rerun"]
+
+
+# --- retries ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Bounded exponential backoff for ``BackendUnavailable``; other errors pass through at once."""
+
+    attempts: int = 4
+    first_delay: float = 0.5
+    factor: float = 2.0
+    sleep: Callable[[float], None] = time.sleep
+    #: told of each retry: the error, the attempt that failed (1-based), the delay before the next
+    on_retry: Callable[[BackendUnavailable, int, float], None] | None = None
+
+    def call(self, fn: Callable[[], T]) -> T:
+        delay = self.first_delay
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return fn()
+            except BackendUnavailable as exc:
+                if attempt == self.attempts:
+                    raise
+                if self.on_retry is not None:
+                    self.on_retry(exc, attempt, delay)
+                self.sleep(delay)
+                delay *= self.factor
+        raise AssertionError("unreachable")
+
+
+NO_RETRY = Retry(attempts=1)
+
+
+# --- input -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    """Objects read from one file (or stdin), with the notes conversion made about them."""
+
+    objects: tuple[Resource, ...]
+    source: str
+    #: the file's path, for paths relative to it; None for stdin
+    path: str | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def trainjobs(self) -> list[TrainJob]:
+        from bridge.api.trainjob import TrainJob
+
+        return [obj for obj in self.objects if isinstance(obj, TrainJob)]
+
+    def single_trainjob(self) -> TrainJob:
+        found = self.trainjobs
+        if len(found) != 1:
+            raise InvalidSpec("file", self.source, f"expected exactly one TrainJob or batch script, found {len(found)}")
+        return found[0]
+
+
+def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = None) -> Input:
+    """A TrainJob YAML file or a batch script (it starts with ``#!``, as sbatch requires); ``-`` is stdin.
+
+    sbatch flags override a script's directives, or a TrainJob's fields, as ``sbatch`` flags would.
+    """
+    from bridge.api.loader import load_documents, read_text
+
+    if file == "-":
+        text, source, path = (sys.stdin.read() if stdin is None else stdin), "<stdin>", None
+    else:
+        text, source, path = read_text(file), file, file
+    notes: list[str] = []
+    if text.startswith("#!"):
+        from bridge.convert.sbatch import merge, parse_flags, parse_script, to_trainjob
+
+        request = parse_script(text, source)
+        if sbatch_flags:
+            request = merge(request, parse_flags(sbatch_flags, source="command line"))
+        trainjob, report = to_trainjob(request)
+        return Input((trainjob,), source, path, tuple(report))
+    objects = load_documents(text, source)
+    if sbatch_flags:
+        from bridge.api.trainjob import TrainJob
+        from bridge.convert.sbatch import apply_flags, parse_flags
+
+        flags = parse_flags(sbatch_flags, source="command line")
+        converted = []
+        for obj in objects:
+            if isinstance(obj, TrainJob):
+                obj, report = apply_flags(obj, flags)
+                notes.extend(report)
+            converted.append(obj)
+        objects = converted
+    return Input(tuple(objects), source, path, tuple(notes))
+
+
+# --- clusters ----------------------------------------------------------------------------------------------
+
+
+def clusters() -> dict[str, BridgeCluster]:
+    """Configured clusters by name, the built-in ``local`` included."""
+    from bridge.api.catalog import load_clusters
+
+    return load_clusters()
+
+
+def backend_cluster(backend: str) -> BridgeCluster:
+    """A cluster of *backend* type with the documented defaults (``render --to``, ``convert --to``)."""
+    from bridge.api.cluster import BridgeCluster
+
+    if backend not in BACKENDS:
+        raise InvalidSpec("--to", backend, f"use one of {', '.join(BACKENDS)}")
+    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                         "metadata": {"name": backend}, "spec": {"type": backend}})
+
+
+def get_adapter(cluster: BridgeCluster) -> Adapter:
+    from bridge.adapters import get_adapter as _get
+
+    if cluster.spec.type == "local":
+        cluster = _local_cluster_for_this_process(cluster)
+    return _get(cluster)
+
+
+def cluster_adapter(name: str | None) -> Adapter:
+    """The adapter of a configured cluster: *name*, else $HPCBRIDGE_CLUSTER, else the only remote one."""
+    configured = clusters()
+    name = name or os.environ.get("HPCBRIDGE_CLUSTER")
+    if not name:
+        remote = [n for n, c in configured.items() if c.spec.type != "local"]
+        if len(remote) != 1:
+            raise InvalidSpec("--cluster", None, f"name the cluster; configured: {', '.join(sorted(configured))}")
+        name = remote[0]
+    if name not in configured:
+        raise InvalidSpec("--cluster", name, f"no such cluster; configured: {', '.join(sorted(configured))}")
+    return get_adapter(configured[name])
+
+
+def _local_cluster_for_this_process(cluster: BridgeCluster) -> BridgeCluster:
+    """The local cluster launches with this very interpreter unless its config says otherwise."""
+    if cluster.spec.defaults.launch_command:
+        return cluster
+    defaults = cluster.spec.defaults.model_copy(update={"launch_command": [sys.executable, "-m", "bridge", "launch"]})
+    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"defaults": defaults})})
+
+
+# --- plan and render -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A TrainJob resolved for one cluster and rendered: ``artifact`` is exactly what submit sends."""
+
+    adapter: Adapter
+    plan: LaunchPlan
+    artifact: Artifact
+    notes: tuple[str, ...] = ()
+
+
+def prepare(source: Input, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
+            configured: Mapping[str, BridgeCluster] | None = None) -> Prepared:
+    """Input → plan → artifact for the chosen cluster (or backend type, with *to*); nothing is sent."""
+    from bridge.api.catalog import all_runtimes
+    from bridge.api.cluster import BridgeCluster
+    from bridge.plan import ANNOTATION_PREFIX, find_runtime, resolve, select_cluster
+
+    trainjob = source.single_trainjob()
+    runtime = find_runtime(trainjob, all_runtimes(source.objects, list(runtimes), name=trainjob.spec.runtime_ref.name))
+    if to is not None:
+        if cluster is not None:
+            raise InvalidSpec("--to", to, "give either --to or --cluster, not both")
+        target = backend_cluster(to)
+    else:
+        available = dict(configured if configured is not None else clusters())
+        inline = [obj for obj in source.objects if isinstance(obj, BridgeCluster)]
+        for obj in inline:
+            if obj.name in available:
+                raise InvalidSpec(f"{source.source}: BridgeCluster {obj.name}", obj.name,
+                                  "a cluster in an input file may not replace a configured cluster of the same name")
+            available[obj.name] = obj
+        target = select_cluster(trainjob, runtime, available, cluster)
+    if target.spec.type != "kubernetes":
+        trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")
+    adapter = get_adapter(target)
+    plan = resolve(trainjob, runtime, adapter.cluster)
+    adapter.check_options(plan)
+    return Prepared(adapter, plan, adapter.render(plan), source.notes)
+
+
+def _workdir_relative_to_file(trainjob: TrainJob, path: str | None, key: str) -> TrainJob:
+    """A relative ``hpcbridge.io/workdir`` is relative to the TrainJob's file, so examples run from anywhere."""
+    workdir = (trainjob.metadata.annotations or {}).get(key)
+    if not workdir or os.path.isabs(workdir) or path is None:
+        return trainjob
+    annotations = dict(trainjob.metadata.annotations or {})
+    annotations[key] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), workdir))
+    return trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"annotations": annotations})})
+
+
+def render(file: str, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
+           sbatch_flags: Sequence[str] = ()) -> Prepared:
+    return prepare(read_input(file, sbatch_flags), cluster=cluster, to=to, runtimes=runtimes)
+
+
+# --- submit ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submitted:
+    ref: JobRef
+    #: the job already existed (this call sent nothing)
+    existing: bool
+    #: its state when found, for an existing job
+    status: JobStatus | None = None
+
+
+def _identity(plan: LaunchPlan):
+    from bridge.adapters.base import Identity
+
+    return Identity(plan.uid, plan.name, plan.namespace)
+
+
+def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY) -> Submitted:
+    return submit_many([prepared], if_finished=if_finished, retry=retry)[0]
+
+
+def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
+                retry: Retry = NO_RETRY) -> list[Submitted]:
+    """Submit plans bound for one cluster, idempotently by uid, with one lookup for the whole batch.
+
+    A uid whose job is pending or running gets that job back. A uid whose job finished raises ``AlreadyRan``
+    (``if_finished="error"``), gets the finished job back (``"attach"``, the operator re-attaching), or
+    runs again (``"rerun"``). The lookup asks the backend first, then the durable record for jobs the
+    backend no longer lists. Transient failures are retried whole, lookup included, so a retry after a
+    send whose answer was lost finds the job instead of sending it twice.
+    """
+    if not batch:
+        return []
+    adapter = batch[0].adapter
+    if any(p.adapter is not adapter for p in batch):
+        raise ValueError("submit_many takes plans for one cluster (one adapter)")
+    from bridge.records import Records, Submission, now
+
+    records = Records(adapter.cluster.name)
+    results: dict[str, Submitted] = {}
+
+    def attempt() -> list[Submitted]:
+        pending = [p for p in batch if p.plan.uid not in results]
+        existing = _existing(adapter, records, [p.plan for p in pending])
+        to_send: list[Prepared] = []
+        for prepared in pending:
+            uid = prepared.plan.uid
+            status = existing.get(uid)
+            if status is None:
+                to_send.append(prepared)
+            elif not status.state.finished and status.state.value != "Unknown":
+                results[uid] = Submitted(status.ref, True, status)
+            elif if_finished == "attach":
+                results[uid] = Submitted(status.ref, True, status)
+            elif if_finished == "rerun":
+                if adapter.capabilities.unique_names:
+                    adapter.remove(status.ref)
+                to_send.append(prepared)
+            else:
+                plan = prepared.plan
+                raise AlreadyRan(f"{plan.namespace}/{plan.name} (uid {uid}) already ran on cluster {plan.cluster} "
+                                 f"as job {status.ref.job_id}, {status.state.value}; `hpcbridge status "
+                                 f"{status.ref.job_id}` shows it; submit --rerun runs it again",
+                                 status.ref.job_id, status.state.value)
+        for prepared in to_send:
+            ref = adapter.submit(prepared.artifact)
+            plan = prepared.plan
+            records.add([Submission(plan.uid, ref.job_id, plan.name, plan.namespace, now())])
+            results[plan.uid] = Submitted(ref, False)
+        return [results[p.plan.uid] for p in batch]
+
+    return retry.call(attempt)
+
+
+def _existing(adapter: Adapter, records, plans: Sequence[LaunchPlan]) -> dict[str, JobStatus]:
+    """Jobs that already carry these uids: the backend's view, then the record for what it forgot."""
+    found = adapter.find([_identity(plan) for plan in plans])
+    missing = [plan.uid for plan in plans if plan.uid not in found]
+    recorded = records.by_uid(missing) if missing else {}
+    if recorded:
+        from bridge.adapters.base import Identity
+
+        refs = [adapter.ref(item.job_id, Identity(item.uid, item.name, item.namespace)) for item in recorded.values()]
+        for ref, status in adapter.poll(refs).items():
+            found[ref.uid] = status
+    return found
+
+
+# --- following -------------------------------------------------------------------------------------------
+
+
+def job_refs(adapter: Adapter, job_ids: Sequence[str]) -> list[JobRef]:
+    """References for jobs named by backend id, with the uid and name the record kept for them."""
+    from bridge.adapters.base import Identity
+    from bridge.records import Records
+
+    known = Records(adapter.cluster.name).by_job_id(job_ids)
+    refs = []
+    for job_id in job_ids:
+        item = known.get(job_id)
+        refs.append(adapter.ref(job_id, Identity(item.uid, item.name, item.namespace) if item else None))
+    return refs
+
+
+def status(adapter: Adapter, job_ids: Sequence[str], retry: Retry = NO_RETRY) -> list[JobStatus]:
+    refs = job_refs(adapter, job_ids)
+    found = retry.call(lambda: adapter.poll(refs))
+    return [found[ref] for ref in refs]
+
+
+def list_jobs(adapter: Adapter, retry: Retry = NO_RETRY) -> list[JobStatus]:
+    return retry.call(adapter.list_jobs)
+
+
+@dataclass
+class Follow:
+    """Polls one job until it ends, calling *on_change* on every new (state, reason)."""
+
+    adapter: Adapter
+    ref: JobRef
+    on_change: Callable[[JobStatus], None] = lambda status: None
+    poll_interval: float = 1.0
+    retry: Retry = field(default_factory=Retry)
+    sleep: Callable[[float], None] = time.sleep
+
+    def run(self) -> JobStatus:
+        last = None
+        while True:
+            current = self.retry.call(lambda: self.adapter.poll([self.ref])[self.ref])
+            shown = (current.state, current.reason)
+            if shown != last:
+                self.on_change(current)
+                last = shown
+            if current.state.finished:
+                return current
+            self.sleep(self.poll_interval)
+
+
+def exit_code(status: JobStatus) -> int:
+    """The process exit code a front end reports for a finished job: the job's own, else 0 or 1."""
+    if status.exit_code:
+        return status.exit_code
+    return 0 if status.state.value == "Succeeded" else 1
+
+
+def cancel(adapter: Adapter, job_ids: Sequence[str], signal: str | None = None, grace_seconds: float | None = None,
+           retry: Retry = NO_RETRY) -> None:
+    from bridge.adapters.base import signal_name
+
+    name = signal_name(signal)
+    if grace_seconds is not None and grace_seconds < 0:
+        raise InvalidSpec("--grace", grace_seconds, "must not be negative")
+    for ref in job_refs(adapter, job_ids):
+        retry.call(lambda ref=ref: adapter.cancel(ref, signal=name, grace_seconds=grace_seconds))
+
+
+def logs(adapter: Adapter, job_id: str, follow: bool = False) -> Iterator[str]:
+    (ref,) = job_refs(adapter, [job_id])
+    return adapter.logs(ref, follow=follow)
+
+
+def check(cluster: BridgeCluster) -> str:
+    return get_adapter(cluster).check()
