@@ -27,6 +27,7 @@ from bridge.api import load_documents  # noqa: E402
 from bridge.api.catalog import builtin_runtimes  # noqa: E402
 from bridge.api.cluster import BridgeCluster  # noqa: E402
 from bridge.plan import find_runtime, resolve  # noqa: E402
+from tests.harness import layer  # noqa: E402
 
 
 def main() -> None:
@@ -65,7 +66,7 @@ def main() -> None:
                            capture_output=True)
         raw = time.perf_counter() - start
         start = time.perf_counter()
-        refs = adapter.submit_many(artifacts)
+        refs = layer.submit_many(adapter, artifacts)
         ours = time.perf_counter() - start
         assert len({r.job_id for r in refs}) == count
         print(f"{count} `flux submit` calls:               {raw:6.2f} s")

@@ -23,6 +23,7 @@ from bridge.api import load_documents  # noqa: E402
 from bridge.api.catalog import builtin_runtimes  # noqa: E402
 from bridge.api.cluster import BridgeCluster  # noqa: E402
 from bridge.plan import find_runtime, resolve  # noqa: E402
+from tests.harness import layer  # noqa: E402
 from tests.harness.kube import KubeCluster  # noqa: E402
 
 
@@ -68,14 +69,14 @@ def main() -> None:
                 custom.create_namespaced_custom_object(GROUP, VERSION, "bench-raw", PLURAL, body)
             raw += time.perf_counter() - start
             start = time.perf_counter()
-            refs += adapter.submit_many(artifacts[first:first + step])
+            refs += layer.submit_many(adapter, artifacts[first:first + step])
             ours += time.perf_counter() - start
         assert len({r.job_id for r in refs}) == count
         print(f"{count} raw JobSet creates:                {raw:6.2f} s")
         print(f"{count} TrainJobs through the adapter:     {ours:6.2f} s")
         print(f"ratio adapter / raw:                   {ours / raw:6.2f}x   (target <= 1.10)")
         start = time.perf_counter()
-        assert adapter.submit_many(artifacts) == refs
+        assert layer.submit_many(adapter, artifacts) == refs
         print(f"resubmitting all {count} (idempotent):      {time.perf_counter() - start:6.2f} s (one list call)")
     finally:
         kube.stop()

@@ -24,6 +24,7 @@ from bridge.adapters.slurm import SlurmAdapter  # noqa: E402
 from bridge.api import load_documents  # noqa: E402
 from bridge.api.cluster import BridgeCluster  # noqa: E402
 from bridge.plan import resolve  # noqa: E402
+from tests.harness import layer  # noqa: E402
 from tests.harness.slurm import SlurmCluster  # noqa: E402
 
 RUNTIME = load_documents("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n"
@@ -66,14 +67,14 @@ def main() -> None:
                            capture_output=True)
         raw = time.perf_counter() - start
         start = time.perf_counter()
-        refs = adapter.submit_many(ours)
+        refs = layer.submit_many(adapter, ours)
         bridged = time.perf_counter() - start
         assert len({r.job_id for r in refs}) == args.jobs
         print(f"{args.jobs} raw sbatch calls:                 {raw:6.2f} s")
         print(f"{args.jobs} submissions through hpc-bridge:   {bridged:6.2f} s")
         print(f"ratio hpc-bridge / raw:                 {bridged / raw:6.2f}x   (target <= 1.10)")
         again = time.perf_counter()
-        assert adapter.submit_many(ours) == refs  # resubmitting is recognised with one listing
+        assert layer.submit_many(adapter, ours) == refs  # resubmitting is recognised with one listing
         print(f"resubmitting all {args.jobs} (idempotent, 1 squeue): {time.perf_counter() - again:6.2f} s")
         if args.ssh:
             ssh_bench(slurm, base, args.jobs)

@@ -278,7 +278,12 @@ class LocalAdapter(Adapter):
 
     def _status(self, ref: JobRef) -> JobStatus:
         job = self._owned.get(ref.job_id)
-        return self._owned_status(job) if job else self._record_status(ref)
+        if job is None:
+            return self._record_status(ref)
+        status = self._owned_status(job)
+        if status.state.finished:
+            self._finish(job, status)  # other processes read the end from result.json
+        return status
 
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
         return {ref: self._status(ref) for ref in refs}

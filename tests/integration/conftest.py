@@ -1,12 +1,23 @@
-"""Fixtures shared by engines: the emulated hosts (netns + sshd) exist once per run, whoever needs them first."""
+"""Engines shared by every integration test (each engine's own tests and the adapter conformance suite):
+the emulated hosts, the Slurm cluster, the Kubernetes control plane and a Flux instance each start once
+per run, whoever needs them first, and are stopped by PID."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.harness.kube import KubeCluster
 from tests.harness.netns import HostCluster
+from tests.harness.slurm import SlurmCluster
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +32,62 @@ def netns_hosts(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
     request.addfinalizer(cluster.stop)
     cluster.start()
     yield cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    base = Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-"))
+    cluster = SlurmCluster(base)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    """etcd + kube-apiserver + KCM + scheduler + 4 kwok nodes + JobSet, started once, stopped by PID."""
+    base = Path(tempfile.mkdtemp(prefix="hpcbridge-kube-"))
+    cluster = KubeCluster(base)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+    shutil.rmtree(base, ignore_errors=True)  # kept when start/stop raised, for the logs
+
+
+@pytest.fixture(scope="session")
+def kube_api(kube_cluster: KubeCluster):
+    """A kubernetes.client.ApiClient bound to the test cluster (not the global default configuration)."""
+    api = kube_cluster.api_client()
+    yield api
+    api.close()
+
+
+FLUX = shutil.which("flux")
+
+
+@pytest.fixture(scope="session")
+def flux_uri():
+    if FLUX is None:
+        pytest.skip("flux-core is not on PATH (Debian 12 has no package; build it by hand to run these)")
+    base = Path(tempfile.mkdtemp(prefix="hpcbridge-flux-"))
+    uri_file = base / "uri"
+    proc = subprocess.Popen([FLUX, "start", "--test-size=2", "bash", "-c",
+                             f'echo "$FLUX_URI" > {uri_file}; exec sleep infinity'],
+                            stdout=open(base / "broker.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (uri_file.exists() and uri_file.read_text().strip()):
+            if proc.poll() is not None:
+                pytest.fail(f"flux start exited: {(base / 'broker.log').read_text()}")
+            time.sleep(0.1)
+        yield uri_file.read_text().strip()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -38,16 +38,21 @@ from bridge.plan import LaunchPlan
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+#: a cancelled job's JobSet is suspended and carries this mark: it stays as the record (state Cancelled)
+CANCELLED_ANNOTATION = "hpcbridge.io/cancelled"
 
 
 def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
     """JobSet conditions and replicated-job counts → (state, reason, message)."""
     conditions = {c.get("type"): c for c in (jobset.get("status") or {}).get("conditions") or []
                   if c.get("status") == "True"}
-    for kind, state in (("Completed", JobState.SUCCEEDED), ("Failed", JobState.FAILED),
-                        ("Suspended", JobState.SUSPENDED)):
+    for kind, state in (("Completed", JobState.SUCCEEDED), ("Failed", JobState.FAILED)):
         if kind in conditions:
             return state, conditions[kind].get("reason"), conditions[kind].get("message")
+    if ((jobset.get("metadata") or {}).get("annotations") or {}).get(CANCELLED_ANNOTATION) == "true":
+        return JobState.CANCELLED, "Cancelled", "cancelled through hpc-bridge (the JobSet is suspended)"
+    if "Suspended" in conditions:
+        return JobState.SUSPENDED, conditions["Suspended"].get("reason"), conditions["Suspended"].get("message")
     if (jobset.get("spec") or {}).get("suspend"):
         return JobState.SUSPENDED, "Suspended", None
     counts = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
@@ -59,7 +64,7 @@ def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
 
 class KubernetesAdapter(Adapter):
     backend = "kubernetes"
-    # signals: deleting a JobSet sends SIGTERM to every pod, then SIGKILL after the grace period; no other signal
+    # signals: stopping pods sends SIGTERM, then SIGKILL after their grace period; no other signal
     capabilities = Capabilities(signals=False, unique_names=True)
     options = (
         OptionSpec("partition", f"nodeSelector {PARTITION_LABEL}: <partition>"),
@@ -237,26 +242,6 @@ class KubernetesAdapter(Adapter):
                 return status
             time.sleep(poll_interval)
 
-    def remove(self, ref: JobRef) -> None:
-        """A JobSet name exists once per namespace: a rerun deletes the finished one (and what it owns)."""
-        self.cancel(ref)
-        namespace, name = ref.job_id.split("/", 1)
-        custom = self._custom()
-        from kubernetes.client.exceptions import ApiException
-
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return
-                from bridge.adapters.kubernetes.client import translate
-
-                raise translate(exc, "read jobset") from None
-            time.sleep(0.5)
-        raise BackendUnavailable("kubernetes", f"JobSet {namespace}/{name} was not deleted within 60s")
-
     def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict) -> None:
         names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
         pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
@@ -273,23 +258,39 @@ class KubernetesAdapter(Adapter):
                         break
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
-        """Deletes the JobSet: every pod gets SIGTERM, then SIGKILL after the grace period."""
-        from kubernetes import client
-
+        """Suspends the JobSet and marks it cancelled: its pods get SIGTERM, then SIGKILL after their grace
+        period, and the JobSet stays as the record of the job (Cancelled) until ``remove`` deletes it."""
         if signal not in (None, "TERM", "KILL"):
             raise self.unsupported("cancel --signal", f"pods are stopped with SIGTERM (then SIGKILL), not SIG{signal}")
-
-        namespace, name = ref.job_id.split("/", 1)
-        options = client.V1DeleteOptions(propagation_policy="Foreground",
-                                          grace_period_seconds=int(grace_seconds) if grace_seconds else None)
         from kubernetes.client.exceptions import ApiException
 
+        namespace, name = ref.job_id.split("/", 1)
+        patch = {"metadata": {"annotations": {CANCELLED_ANNOTATION: "true"}}, "spec": {"suspend": True}}
         try:
-            self._custom().delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body=options)
+            current = self._custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            if jobset_state(current)[0].finished:
+                return  # it ended on its own: its record stays as it is
+            self._custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status != 404:  # already gone: nothing left to stop
                 from bridge.adapters.kubernetes.client import translate
 
+                raise translate(exc, "suspend jobset") from None
+
+    def remove(self, ref: JobRef) -> None:
+        """Deletes the JobSet and what it owns (a rerun reuses the name); returns when it is gone."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        from bridge.adapters.kubernetes.client import translate
+
+        namespace, name = ref.job_id.split("/", 1)
+        custom = self._custom()
+        try:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                   body=client.V1DeleteOptions(propagation_policy="Foreground"))
+        except ApiException as exc:
+            if exc.status != 404:
                 raise translate(exc, "delete jobset") from None
         # objects created before the JobSet owned them (an interrupted submit) go explicitly
         core = self._core()
@@ -303,9 +304,17 @@ class KubernetesAdapter(Adapter):
                     deleter(item.metadata.name, namespace)
                 except ApiException as exc:
                     if exc.status != 404:
-                        from bridge.adapters.kubernetes.client import translate
-
                         raise translate(exc, f"delete {what}") from None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise translate(exc, "read jobset") from None
+            time.sleep(0.5)
+        raise BackendUnavailable("kubernetes", f"JobSet {namespace}/{name} was not deleted within 60s")
 
     def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
         """Logs of the trainer pods' ``node`` containers, as the API server serves them (needs kubelets).

@@ -236,10 +236,13 @@ class SlurmAdapter(Adapter):
                          message=record.slurm_state, nodes=nodes)
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
+        """TERM (the default) is Slurm's own cancel: SIGTERM to every step, SIGKILL after the cluster's
+        KillWait, and the job ends CANCELLED. Another signal (USR1 to checkpoint, say) is sent first; a job
+        that ends by itself within *grace_seconds* keeps the state its exit gives it, else it is cancelled."""
         if self.rest is not None:
             self.rest.cancel(ref.job_id, signal)
             return
-        if signal or grace_seconds:
+        if signal not in (None, "TERM"):
             self._check(self.transport.run(["scancel", f"--signal={signal or 'TERM'}",
                                             ref.job_id]), "scancel")
             if not grace_seconds:

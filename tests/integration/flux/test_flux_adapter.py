@@ -14,6 +14,7 @@ from bridge.adapters.flux import FluxAdapter
 from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.plan import find_runtime, resolve
+from tests.harness import layer
 from tests.harness.mpi_programs import build_allreduce
 
 pytestmark = [pytest.mark.integration, pytest.mark.flux]
@@ -29,7 +30,7 @@ def trainjob(name: str, runtime: str, command: list[str], workdir: Path, **train
 
 def run(adapter: FluxAdapter, job):
     plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
-    ref = adapter.submit(adapter.render(plan))
+    ref = layer.submit(adapter, plan)
     return plan, ref
 
 

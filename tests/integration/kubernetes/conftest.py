@@ -7,37 +7,11 @@ The first run on a machine builds the binaries from Go modules (tens of minutes,
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-from tests.harness.kube import KubeCluster
-
-
-@pytest.fixture(scope="session")
-def kube_cluster() -> Iterator[KubeCluster]:
-    """etcd + kube-apiserver + KCM + scheduler + 4 kwok nodes + JobSet, started once, stopped by PID."""
-    base = Path(tempfile.mkdtemp(prefix="hpcbridge-kube-"))
-    cluster = KubeCluster(base)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-    shutil.rmtree(base, ignore_errors=True)  # kept when start/stop raised, for the logs
-
-
-@pytest.fixture(scope="session")
-def kube_api(kube_cluster: KubeCluster):
-    """A kubernetes.client.ApiClient bound to the test cluster (not the global default configuration)."""
-    api = kube_cluster.api_client()
-    yield api
-    api.close()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster
 from bridge.plan import find_runtime, resolve
+from tests.harness import layer
 from tests.harness.kube import FAIL_LABEL
 from tests.harness.polling import poll_until as wait_for
 
@@ -49,7 +50,7 @@ def trainjob(name: str, runtime: str, namespace: str, pod_labels: dict | None = 
 
 def submit(adapter, job):
     plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
-    return plan, adapter.submit(adapter.render(plan))
+    return plan, layer.submit(adapter, plan)
 
 
 def pods(kube_api, namespace: str, jobset: str):
@@ -122,7 +123,7 @@ def test_unsatisfiable_gpu_request_is_pending_with_the_schedulers_reason(kube_cl
     adapter.cancel(ref)
 
 
-def test_submit_twice_is_one_jobset_and_cancel_deletes_everything(kube_cluster, kube_api, namespace) -> None:
+def test_submit_twice_is_one_jobset_cancel_stops_and_remove_deletes_everything(kube_cluster, kube_api, namespace) -> None:
     from kubernetes import client
 
     adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
@@ -134,6 +135,14 @@ def test_submit_twice_is_one_jobset_and_cancel_deletes_everything(kube_cluster, 
     custom = client.CustomObjectsApi(kube_api)
     assert len(custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]) == 1
     adapter.cancel(first)
+    # the JobSet stays as the job's record, Cancelled; its pods go
+    assert wait_for(adapter, first, lambda s: s.state.finished).state == JobState.CANCELLED
+    poll_pods = lambda: [p for p in pods(kube_api, namespace, "once") if not p.metadata.deletion_timestamp]  # noqa: E731
+    deadline = time.monotonic() + 60
+    while poll_pods() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not poll_pods()
+    adapter.remove(first)
     core = client.CoreV1Api(kube_api)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

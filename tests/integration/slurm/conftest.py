@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,18 +11,6 @@ from bridge.adapters.base import JobState, JobStatus
 from bridge.adapters.slurm import SlurmAdapter
 from bridge.api.cluster import BridgeCluster
 from tests.harness.polling import poll_until
-from tests.harness.slurm import SlurmCluster
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    base = Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-"))
-    cluster = SlurmCluster(base)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")

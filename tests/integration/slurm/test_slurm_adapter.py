@@ -15,6 +15,7 @@ from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.errors import BackendRejected
 from bridge.plan import find_runtime, resolve
+from tests.harness import layer
 
 from .conftest import finished, state_is, wait_for
 
@@ -45,7 +46,7 @@ def trainjob(name: str, command: list[str], *, nodes: int = 1, runtime=PLAIN, an
 
 def submit(adapter, job, runtime=PLAIN):
     plan = resolve(job, runtime, adapter.cluster)
-    return plan, adapter.submit(adapter.render(plan))
+    return plan, layer.submit(adapter, plan)
 
 
 def scontrol(slurm_cluster, job_id: str) -> dict[str, str]:
@@ -185,5 +186,5 @@ def test_cancel_with_signal_and_grace(adapter, tmp_path) -> None:
     while not started.exists() and time.monotonic() < deadline:  # the trap is set
         time.sleep(0.1)
     adapter.cancel(ref, signal="TERM", grace_seconds=30)
-    assert wait_for(adapter, ref, finished).state.finished
+    assert wait_for(adapter, ref, finished).state == JobState.CANCELLED
     assert marker.exists(), "".join(adapter.logs(ref))  # the job saw SIGTERM and could checkpoint

@@ -18,6 +18,7 @@ from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendUnavailable
 from bridge.plan import find_runtime, resolve
+from tests.harness import layer
 from tests.harness.slurm import NetnsSlurmCluster
 
 from .conftest import finished, wait_for
@@ -79,13 +80,13 @@ def test_ssh_transport_to_a_login_host(netns_slurm, netns_hosts, tmp_path) -> No
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "over-ssh", "annotations": {"hpcbridge.io/workdir": str(tmp_path)}},
         "spec": {"runtimeRef": {"name": "plain"}, "trainer": {"command": ["sh", "-c", "echo on $(hostname)"]}}}))[0]
-    ref = adapter.submit(adapter.render(resolve(job, runtime, cluster)))
+    ref = layer.submit(adapter, resolve(job, runtime, cluster))
     status = wait_for(adapter, ref, finished)
     assert status.state == JobState.SUCCEEDED
     assert "".join(adapter.logs(ref)).startswith("on node-")
     assert adapter.transport.connects == 1  # submit, polls and logs shared one connection
     # the same submission again is recognised over ssh too
-    assert adapter.submit(adapter.render(resolve(job, runtime, cluster))) == ref
+    assert layer.submit(adapter, resolve(job, runtime, cluster)) == ref
 
 
 def test_ssh_transport_refuses_an_unknown_host_key(netns_hosts, tmp_path) -> None:

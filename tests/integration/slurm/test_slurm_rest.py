@@ -14,6 +14,7 @@ from bridge.api import load_documents
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendUnavailable, InvalidSpec
 from bridge.plan import resolve
+from tests.harness import layer
 
 from .conftest import finished, state_is, wait_for
 
@@ -55,8 +56,8 @@ def test_rest_submit_follow_logs(rest_cluster, slurm_cluster, tmp_path) -> None:
     body = json.loads(artifact.main)
     assert body["job"]["nodes"] == 1 and body["job"]["memory_per_node"] == 100 and body["job"]["time_limit"] == 5
     assert body["script"] == artifact.files[1].content
-    ref = adapter.submit(artifact)
-    assert adapter.submit(artifact) == ref  # idempotent over REST too
+    ref = layer.submit_many(adapter, [artifact])[0]
+    assert layer.submit_many(adapter, [artifact])[0] == ref  # idempotent over REST too
     status = wait_for(adapter, ref, finished)
     assert (status.state, status.exit_code) == (JobState.FAILED, 3)
     assert "rest on node" in "".join(adapter.logs(ref))

@@ -1,0 +1,215 @@
+"""One contract, every backend on its real engine: the same scenarios through the orchestration layer.
+
+local runs processes here; slurm is the real Slurm cluster; kubernetes the real control plane (JobSets on
+kwok nodes, which schedule but run no process: scenarios that need a command's output or exit code read
+``capabilities.runs_commands``); flux a live instance when flux-core is on PATH (both transports).
+A new backend passes this module: one package, one line in bridge.adapters.REGISTRY, one engine here.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+import yaml
+
+from bridge import service
+from bridge.adapters.base import Capabilities, Identity, JobState
+from bridge.api.cluster import BridgeCluster
+from bridge.errors import AlreadyRan, BridgeError
+from tests.harness.polling import poll_until
+
+pytestmark = pytest.mark.integration
+
+RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "conformance"},
+    "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+        "name": "node", "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                           "containers": [{"name": "node", "image": "busybox:1.36"}]}}}}}]}}},
+}
+#: kwok's knobs (tests/harness/kube.py): a labelled pod fails, or never completes
+KWOK_FAIL = {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"}
+KWOK_NEVER_ENDS = {"pod-complete.stage.kwok.x-k8s.io/never": "true"}
+
+
+@dataclass
+class Engine:
+    name: str
+    cluster: BridgeCluster
+    namespace: str = "default"
+    #: a backend job id that names no job
+    unknown_id: str = "999999"
+    workdir: str | None = None
+
+    @property
+    def kwok(self) -> bool:
+        return self.cluster.spec.type == "kubernetes"
+
+    def prepare(self, name: str, command: list[str], pod_labels: dict | None = None) -> service.Prepared:
+        """A one-node TrainJob running *command* (on kwok: pods that succeed, fail or never end by label)."""
+        spec: dict = {"runtimeRef": {"name": "conformance"}, "trainer": {"command": command}}
+        if pod_labels and self.kwok:
+            spec["runtimePatches"] = [{"manager": "hpcbridge.io/tests", "trainingRuntimeSpec": {"template": {
+                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+                    "template": {"metadata": {"labels": pod_labels}}}}}]}}}}]
+        metadata: dict = {"name": name, "namespace": self.namespace, "uid": str(uuid.uuid4())}
+        if self.workdir and not self.kwok:
+            metadata["annotations"] = {"hpcbridge.io/workdir": self.workdir}
+        text = yaml.safe_dump_all([RUNTIME, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                             "metadata": metadata, "spec": spec}])
+        source = service.read_input("-", stdin=text)
+        return service.prepare(source, cluster=self.cluster.name, configured={self.cluster.name: self.cluster})
+
+
+def _cluster(name: str, spec: dict) -> BridgeCluster:
+    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                         "metadata": {"name": name}, "spec": spec})
+
+
+LAUNCH = [sys.executable, "-m", "bridge", "launch"]
+
+
+@pytest.fixture(params=[
+    pytest.param("local", marks=pytest.mark.local),
+    pytest.param("slurm", marks=pytest.mark.slurm),
+    pytest.param("kubernetes", marks=pytest.mark.kubernetes),
+    pytest.param("flux-cli", marks=pytest.mark.flux),
+    pytest.param("flux-python", marks=pytest.mark.flux),
+])
+def engine(request, tmp_path, monkeypatch) -> Iterator[Engine]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the layer's record, per test
+    kind = request.param
+    if kind == "local":
+        yield Engine("local", _cluster("local", {"type": "local"}), unknown_id=str(uuid.uuid4()),
+                     workdir=str(tmp_path))
+    elif kind == "slurm":
+        slurm = request.getfixturevalue("slurm_cluster")
+        yield Engine("slurm", _cluster("conformance-slurm", {
+            "type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm.conf)},
+            "defaults": {"partition": "debug", "launchCommand": LAUNCH}}), workdir=str(tmp_path))
+    elif kind == "kubernetes":
+        kube = request.getfixturevalue("kube_cluster")
+        api = request.getfixturevalue("kube_api")
+        from kubernetes import client
+
+        namespace = f"conformance-{uuid.uuid4().hex[:8]}"
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": namespace}})
+        try:
+            yield Engine("kubernetes", _cluster("conformance-k8s", {
+                "type": "kubernetes", "kubernetes": {"kubeconfig": str(kube.kubeconfig), "namespace": namespace}}),
+                namespace=namespace, unknown_id=f"{namespace}/no-such-jobset")
+        finally:
+            core.delete_namespace(namespace)
+    else:
+        uri = request.getfixturevalue("flux_uri")
+        transport = kind.split("-", 1)[1]
+        if transport == "python":
+            pytest.importorskip("flux.job", reason="flux-python is not importable (add the built bindings to "
+                                                   "PYTHONPATH)")
+        import shutil
+
+        yield Engine(kind, _cluster(f"conformance-{kind}", {
+            "type": "flux", "flux": {"uri": uri, "transport": transport, "fluxCommand": shutil.which("flux")},
+            "defaults": {"launchCommand": LAUNCH}}), unknown_id="ƒ2RyHVBf1", workdir=str(tmp_path))
+
+
+def finished(adapter, ref, timeout: float = 180.0):
+    return poll_until(adapter, ref, lambda s: s.state.finished, timeout=timeout, interval=0.2)
+
+
+def test_submit_find_poll_logs_finish(engine: Engine) -> None:
+    prepared = engine.prepare("conform-ok", ["sh", "-c", "echo conformance-marker-$((40+2)); sleep 1"])
+    adapter = prepared.adapter
+    first = service.submit(prepared)
+    assert not first.existing
+    found = adapter.find([Identity(prepared.plan.uid, prepared.plan.name, prepared.plan.namespace)])
+    assert found[prepared.plan.uid].ref.job_id == first.ref.job_id
+    status = finished(adapter, first.ref)
+    assert status.state == JobState.SUCCEEDED, status
+    assert status.exit_code in (0, None)
+    if adapter.capabilities.runs_commands and not engine.kwok:
+        assert "conformance-marker-42" in "".join(adapter.logs(first.ref))
+    listed = {s.ref.job_id: s for s in service.list_jobs(adapter)}
+    assert first.ref.job_id in listed and listed[first.ref.job_id].ref.uid == prepared.plan.uid
+
+
+def test_submit_twice_is_one_job_and_a_finished_one_reruns_only_when_asked(engine: Engine) -> None:
+    labels = None
+    prepared = engine.prepare("conform-twice", ["sh", "-c", "sleep 2"], labels)
+    adapter = prepared.adapter
+    first = service.submit(prepared)
+    again = service.submit(prepared)
+    assert again.existing and again.ref.job_id == first.ref.job_id
+    assert finished(adapter, first.ref).state == JobState.SUCCEEDED
+    with pytest.raises(AlreadyRan) as info:
+        service.submit(prepared)
+    assert info.value.job_id == first.ref.job_id and info.value.state == "Succeeded"
+    attached = service.submit(prepared, if_finished="attach")
+    assert attached.existing and attached.ref.job_id == first.ref.job_id
+    rerun = service.submit(prepared, if_finished="rerun")
+    assert not rerun.existing
+    if not adapter.capabilities.unique_names:
+        assert rerun.ref.job_id != first.ref.job_id
+    assert finished(adapter, rerun.ref).state == JobState.SUCCEEDED
+    # the newest run is the one found for the uid
+    assert service.submit(prepared, if_finished="attach").ref.job_id == rerun.ref.job_id
+
+
+def test_failing_command_is_failed_with_its_exit_code(engine: Engine) -> None:
+    prepared = engine.prepare("conform-fails", ["sh", "-c", "echo going down; exit 3"], KWOK_FAIL)
+    adapter = prepared.adapter
+    ref = service.submit(prepared).ref
+    status = finished(adapter, ref)
+    assert status.state == JobState.FAILED, status
+    if not engine.kwok:  # kwok's failing pods exit 1 whatever the command; JobSets report no exit code
+        assert status.exit_code == 3, status
+
+
+def test_cancel_running_job_ends_cancelled(engine: Engine) -> None:
+    prepared = engine.prepare("conform-cancel", ["sleep", "300"], KWOK_NEVER_ENDS)
+    adapter = prepared.adapter
+    ref = service.submit(prepared).ref
+    running = poll_until(adapter, ref, lambda s: s.state == JobState.RUNNING, timeout=120, interval=0.2)
+    assert running.state == JobState.RUNNING, running
+    service.cancel(adapter, [ref.job_id], grace_seconds=5)
+    status = finished(adapter, ref, timeout=120)
+    assert status.state == JobState.CANCELLED, status
+    # and the record says so across a fresh adapter (another process would see the same)
+    fresh = service.get_adapter(engine.cluster)
+    assert fresh.poll([ref])[ref].state == JobState.CANCELLED
+
+
+def test_signal_names_come_from_one_table(engine: Engine) -> None:
+    prepared = engine.prepare("conform-signal", ["sleep", "300"], KWOK_NEVER_ENDS)
+    adapter = prepared.adapter
+    with pytest.raises(BridgeError) as info:
+        service.cancel(adapter, ["1"], signal="SIGNOTHING")
+    assert info.value.exit_code == 2 and "unknown signal" in str(info.value)
+
+
+def test_unknown_job_is_unknown_not_an_exception(engine: Engine) -> None:
+    adapter = service.get_adapter(engine.cluster)
+    (status,) = service.status(adapter, [engine.unknown_id])
+    assert status.state == JobState.UNKNOWN and status.reason
+
+
+def test_options_the_backend_lacks_are_refused_before_anything_is_sent(engine: Engine) -> None:
+    prepared = engine.prepare("conform-options", ["true"])
+    adapter = prepared.adapter
+    declared = {option.name for option in adapter.options}
+    missing = next((name for name in ("array", "qos", "partition") if name not in declared), None)
+    if missing is None:
+        assert {"partition", "account", "qos", "array", "dependency"} <= declared  # slurm declares them all
+        return
+    plan = replace(prepared.plan, options=replace(prepared.plan.options, **{missing: "x"}))
+    with pytest.raises(BridgeError) as info:
+        adapter.check_options(plan)
+    assert info.value.exit_code == 2 and f"hpcbridge.io/{missing}" in str(info.value)
+    assert isinstance(adapter.capabilities, Capabilities)
