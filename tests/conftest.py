@@ -28,3 +28,9 @@ def golden(request: pytest.FixtureRequest):
         assert text == path.read_text(encoding="utf-8"), f"{name} differs from its golden file"
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def _private_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own hpc-bridge state dir (the layer's submission record, local jobs), never ~."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

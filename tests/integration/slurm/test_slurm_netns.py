@@ -16,7 +16,7 @@ from bridge.adapters.transport import SSHTransport
 from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster
-from bridge.errors import BackendUnavailable
+from bridge.errors import AlreadyRan, BackendUnavailable
 from bridge.plan import find_runtime, resolve
 from tests.harness import layer
 from tests.harness.slurm import NetnsSlurmCluster
@@ -85,8 +85,10 @@ def test_ssh_transport_to_a_login_host(netns_slurm, netns_hosts, tmp_path) -> No
     assert status.state == JobState.SUCCEEDED
     assert "".join(adapter.logs(ref)).startswith("on node-")
     assert adapter.transport.connects == 1  # submit, polls and logs shared one connection
-    # the same submission again is recognised over ssh too
-    assert layer.submit(adapter, resolve(job, runtime, cluster)) == ref
+    # the same submission again is recognised over ssh too: finished, so not sent again unless asked
+    assert layer.submit(adapter, resolve(job, runtime, cluster), if_finished="attach") == ref
+    with pytest.raises(AlreadyRan):
+        layer.submit(adapter, resolve(job, runtime, cluster))
 
 
 def test_ssh_transport_refuses_an_unknown_host_key(netns_hosts, tmp_path) -> None:
