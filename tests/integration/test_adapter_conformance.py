@@ -33,9 +33,11 @@ RUNTIME = {
             "spec": {"template": {"spec": {"restartPolicy": "Never",
                                            "containers": [{"name": "node", "image": "busybox:1.36"}]}}}}}]}}},
 }
-#: kwok's knobs (tests/harness/kube.py): a labelled pod fails, or never completes
-KWOK_FAIL = {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"}
-KWOK_NEVER_ENDS = {"pod-complete.stage.kwok.x-k8s.io/never": "true"}
+#: kwok's knobs (tests/harness/kube.py), as Job template patches: a labelled pod fails (no retries), a pod
+#: whose completion is an hour away stays Running
+KWOK_FAIL = {"backoffLimit": 0, "template": {"metadata": {"labels": {
+    "pod-container-running-failed.stage.kwok.x-k8s.io": "true"}}}}
+KWOK_NEVER_ENDS = {"template": {"metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "1h"}}}}
 
 
 @dataclass
@@ -51,13 +53,12 @@ class Engine:
     def kwok(self) -> bool:
         return self.cluster.spec.type == "kubernetes"
 
-    def prepare(self, name: str, command: list[str], pod_labels: dict | None = None) -> service.Prepared:
-        """A one-node TrainJob running *command* (on kwok: pods that succeed, fail or never end by label)."""
+    def prepare(self, name: str, command: list[str], kwok_job: dict | None = None) -> service.Prepared:
+        """A one-node TrainJob running *command* (on kwok, *kwok_job* patches the Job to fail or run on)."""
         spec: dict = {"runtimeRef": {"name": "conformance"}, "trainer": {"command": command}}
-        if pod_labels and self.kwok:
+        if kwok_job and self.kwok:
             spec["runtimePatches"] = [{"manager": "hpcbridge.io/tests", "trainingRuntimeSpec": {"template": {
-                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
-                    "template": {"metadata": {"labels": pod_labels}}}}}]}}}}]
+                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": kwok_job}}]}}}}]
         metadata: dict = {"name": name, "namespace": self.namespace, "uid": str(uuid.uuid4())}
         if self.workdir and not self.kwok:
             metadata["annotations"] = {"hpcbridge.io/workdir": self.workdir}
@@ -141,8 +142,7 @@ def test_submit_find_poll_logs_finish(engine: Engine) -> None:
 
 
 def test_submit_twice_is_one_job_and_a_finished_one_reruns_only_when_asked(engine: Engine) -> None:
-    labels = None
-    prepared = engine.prepare("conform-twice", ["sh", "-c", "sleep 2"], labels)
+    prepared = engine.prepare("conform-twice", ["sh", "-c", "sleep 2"])
     adapter = prepared.adapter
     first = service.submit(prepared)
     again = service.submit(prepared)

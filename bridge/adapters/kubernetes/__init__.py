@@ -358,10 +358,10 @@ class KubernetesAdapter(Adapter):
             else:
                 yield item
 
-    def ref(self, job_id: str) -> JobRef:
+    def ref(self, job_id: str, identity: Identity | None = None) -> JobRef:
         namespace, _, name = job_id.rpartition("/")
-        ns = namespace or self._namespace("default")
-        return JobRef(self.cluster.name, "kubernetes", f"{ns}/{name}", "", name)
+        ns = namespace or self._namespace(identity.namespace if identity else "default")
+        return JobRef(self.cluster.name, "kubernetes", f"{ns}/{name}", identity.uid if identity else "", name)
 
     def list_jobs(self) -> list[JobStatus]:
         ns = self._namespace("default")
