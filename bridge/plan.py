@@ -504,6 +504,17 @@ def _check_directive_value(where: str, value: str) -> None:
         raise InvalidSpec(where, value, "must be one line without quotes, backslashes or control characters")
 
 
+def job_environment(plan: LaunchPlan) -> tuple[tuple[str, str], ...]:
+    """What every process of every job finds, on every backend, after the TrainJob's own env (README:
+    "The job's environment"); HOME and USER are the account's own where a backend starts without them."""
+    return (("HPCBRIDGE_JOB_UID", plan.uid), ("HPCBRIDGE_JOB_NAME", plan.name),
+            ("HPCBRIDGE_JOB_NAMESPACE", plan.namespace), ("HPCBRIDGE_CLUSTER", plan.cluster))
+
+
+#: a batch script's line that gives the job the account's HOME and USER when the backend started it without
+ACCOUNT_ENV_LINE = ': "${USER:=$(id -un)}" "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"; export USER HOME'
+
+
 def check_shell_env(plan: LaunchPlan) -> None:
     """HPC backends export env through a shell: names must be identifiers, values literal strings."""
     for entry in plan.env:

@@ -13,6 +13,7 @@ the end, ``result.json``. A cancel from elsewhere leaves a ``cancelled`` mark, t
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
@@ -40,7 +41,7 @@ from bridge.adapters.base import (
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected
 from bridge.mpi.bootstrap import LaunchSpec
-from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env
+from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env, job_environment
 from bridge.records import state_root
 
 #: seconds a node group gets between the signal and SIGKILL when the job is stopped
@@ -196,13 +197,13 @@ class LocalAdapter(Adapter):
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKED_PREFIXES)}
         base_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + base_env.get("PATH", "")
         base_env.setdefault("HOME", os.path.expanduser("~"))
-        base_env.update({"HPCBRIDGE_JOB_UID": plan.uid, "HPCBRIDGE_JOB_NAME": plan.name,
-                         "HPCBRIDGE_JOB_NAMESPACE": plan.namespace, "HPCBRIDGE_CLUSTER": plan.cluster})
+        base_env.setdefault("USER", getpass.getuser())
         deadline = self._clock() + plan.time_limit_seconds if plan.time_limit_seconds else None
         job = _OwnedJob(ref, directory, [], deadline)
         prefix = len(groups) > 1
         for group in groups:
-            env = {**base_env, **dict(group.env), "HPCBRIDGE_NODE_RANK": str(group.node)}
+            env = {**base_env, **dict(group.env), **dict(job_environment(plan)),
+                   "HPCBRIDGE_NODE_RANK": str(group.node)}
             try:
                 proc = subprocess.Popen(list(group.argv), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

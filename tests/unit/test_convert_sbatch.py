@@ -776,7 +776,7 @@ def test_plain_trainjob_renders_and_converts_back() -> None:
         "job-name": "job", "comment": f"hpcbridge.io/uid={derive_uid(job)}", "nodes": "2", "ntasks-per-node": "4",
         "cpus-per-task": "2", "mem": "1536M", "gpus-per-node": "2", "time": "1-01:01:01",
         "output": DEFAULT_OUTPUT, "hold": None}
-    assert text.endswith("export A='1 2'\nexec python3 train.py --msg 'hello world'\n")
+    assert "export A='1 2'\n" in text and text.endswith("exec python3 train.py --msg 'hello world'\n")
     again, _ = to_trainjob(request)
     assert again.spec.trainer.command == script_command(request.body, "job")
     assert (again.spec.trainer.num_nodes, again.spec.trainer.num_proc_per_node) == (2, 4)

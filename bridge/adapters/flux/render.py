@@ -13,7 +13,14 @@ from bridge import __version__
 from bridge.adapters.flux.validate import validate_jobspec
 from bridge.errors import InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec
-from bridge.plan import MPI_LAUNCHERS, Launcher, LaunchPlan, check_shell_env
+from bridge.plan import (
+    ACCOUNT_ENV_LINE,
+    MPI_LAUNCHERS,
+    Launcher,
+    LaunchPlan,
+    check_shell_env,
+    job_environment,
+)
 from bridge.shell import join, quote
 
 
@@ -36,6 +43,7 @@ def batch_script(plan: LaunchPlan) -> str:
         f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
         f"on cluster {plan.cluster}. Generated; re-render instead of editing.",
         "set -eu",
+        ACCOUNT_ENV_LINE,
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
         f"exec flux run --nodes={plan.nodes} --tasks-per-node=1 {launch}" if per_node
         else f"exec {join(plan.exec_argv)}" if script else f"exec {launch}",
@@ -52,7 +60,8 @@ def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]
     system: dict[str, Any] = {
         # RFC 25 requires duration; 0 means unlimited (bounded by the instance)
         "duration": float(plan.time_limit_seconds or 0),
-        "environment": {"PATH": BASE_PATH, **(base_env or {}), **{entry.name: entry.value or "" for entry in plan.env}},
+        "environment": {"PATH": BASE_PATH, **(base_env or {}), **{entry.name: entry.value or "" for entry in plan.env},
+                        **dict(job_environment(plan))},
         "job": {"name": plan.name},
         "shell": {"options": {}},
     }

@@ -14,7 +14,14 @@ from typing import Any
 from bridge.api.loader import dump_yaml
 from bridge.errors import InvalidSpec
 from bridge.mpi.hostfile import Peer, hostfile_for
-from bridge.plan import ANCESTOR_LABEL, MPI_LAUNCHERS, TRAINER_CONTAINER, Launcher, LaunchPlan
+from bridge.plan import (
+    ANCESTOR_LABEL,
+    MPI_LAUNCHERS,
+    TRAINER_CONTAINER,
+    Launcher,
+    LaunchPlan,
+    job_environment,
+)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 UID_LABEL = "hpcbridge.io/uid"
@@ -102,6 +109,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     container.pop("args", None)
     user_env = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
                  **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
+    user_env += [{"name": name, "value": value} for name, value in job_environment(plan)]
     _set_env(container, user_env)
     resources = _quantity_map(plan)
     if resources:

@@ -11,7 +11,15 @@ import re
 from bridge import __version__
 from bridge.convert.sbatch import passthrough_value, slurm_time
 from bridge.mpi.bootstrap import LaunchSpec
-from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env
+from bridge.plan import (
+    ACCOUNT_ENV_LINE,
+    MPI_LAUNCHERS,
+    ONCE_PER_JOB,
+    Launcher,
+    LaunchPlan,
+    check_shell_env,
+    job_environment,
+)
 from bridge.shell import join, quote
 
 DEFAULT_OUTPUT = "hpcbridge-%x-%j.out"
@@ -99,8 +107,11 @@ def render_script(plan: LaunchPlan) -> str:
     lines.append(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
                  f"on cluster {plan.cluster}. Generated; re-render instead of editing.")
     lines.append("set -eu")
+    lines.append(ACCOUNT_ENV_LINE)
     for entry in plan.env:
         lines.append(f"export {entry.name}={quote(entry.value or '')}")
+    for name, value in job_environment(plan):
+        lines.append(f"export {name}={quote(value)}")
     if plan.launcher == Launcher.SCRIPT:
         # a converted batch script: its body is the job, exactly as sbatch would run it
         lines.append(f"exec {join(plan.exec_argv)}")
