@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import shlex
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -513,6 +514,21 @@ def job_environment(plan: LaunchPlan) -> tuple[tuple[str, str], ...]:
 
 #: a batch script's line that gives the job the account's HOME and USER when the backend started it without
 ACCOUNT_ENV_LINE = ': "${USER:=$(id -un)}" "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"; export USER HOME'
+
+
+def step_guard_env(plan: LaunchPlan) -> dict[str, str]:
+    """For a batch script on a backend that is not Slurm: ``srun`` as a bash function that fails the job.
+
+    Without it, a script's ``srun`` line fails (no Slurm there, or not this job's) and the script goes on
+    to end with its last command's status: a job whose steps never ran would read Succeeded. The function
+    is exported through the environment (bash imports ``BASH_FUNC_<name>%%``), so the script's own shell
+    has it, and ``exit`` in it ends the script with 127 — the status of a missing command.
+    """
+    if plan.launcher != Launcher.SCRIPT or plan.backend == "slurm":
+        return {}
+    message = f"hpcbridge: srun: this job runs on the {plan.backend} cluster {plan.cluster!r}, not in a Slurm " \
+              "allocation; its steps cannot run here, so the job fails"
+    return {"BASH_FUNC_srun%%": f"() {{ echo {shlex.quote(message)} >&2; exit 127; }}"}
 
 
 def check_shell_env(plan: LaunchPlan) -> None:

@@ -41,7 +41,15 @@ from bridge.adapters.base import (
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected
 from bridge.mpi.bootstrap import LaunchSpec
-from bridge.plan import MPI_LAUNCHERS, ONCE_PER_JOB, Launcher, LaunchPlan, check_shell_env, job_environment
+from bridge.plan import (
+    MPI_LAUNCHERS,
+    ONCE_PER_JOB,
+    Launcher,
+    LaunchPlan,
+    check_shell_env,
+    job_environment,
+    step_guard_env,
+)
 from bridge.records import state_root
 
 #: seconds a node group gets between the signal and SIGKILL when the job is stopped
@@ -202,7 +210,7 @@ class LocalAdapter(Adapter):
         job = _OwnedJob(ref, directory, [], deadline)
         prefix = len(groups) > 1
         for group in groups:
-            env = {**base_env, **dict(group.env), **dict(job_environment(plan)),
+            env = {**base_env, **dict(group.env), **dict(job_environment(plan)), **step_guard_env(plan),
                    "HPCBRIDGE_NODE_RANK": str(group.node)}
             try:
                 proc = subprocess.Popen(list(group.argv), cwd=workdir, env=env, stdin=subprocess.DEVNULL,

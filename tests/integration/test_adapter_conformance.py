@@ -213,3 +213,22 @@ def test_options_the_backend_lacks_are_refused_before_anything_is_sent(engine: E
         adapter.check_options(plan)
     assert info.value.exit_code == 2 and f"hpcbridge.io/{missing}" in str(info.value)
     assert isinstance(adapter.capabilities, Capabilities)
+
+
+def test_batch_script_whose_srun_step_cannot_run_fails(engine: Engine, tmp_path) -> None:
+    """An unchanged batch script: on Slurm its srun step runs; elsewhere the step cannot run, and the job
+    must fail instead of reading Succeeded because a later line did."""
+    script = f"#!/bin/bash\n#SBATCH --job-name=conform-steps\n#SBATCH --chdir={tmp_path}\nsrun true\necho after-step\n"
+    source = service.read_input("-", stdin=script)
+    configured = {engine.cluster.name: engine.cluster}
+    if engine.kwok:  # pods need an image, and a batch script names none: refused before anything is sent
+        with pytest.raises(BridgeError) as info:
+            service.prepare(source, cluster=engine.cluster.name, configured=configured)
+        assert info.value.exit_code == 2 and "image" in str(info.value)
+        return
+    prepared = service.prepare(source, cluster=engine.cluster.name, configured=configured)
+    status = finished(prepared.adapter, service.submit(prepared).ref)
+    if engine.cluster.spec.type == "slurm":
+        assert status.state == JobState.SUCCEEDED, status
+    else:
+        assert status.state == JobState.FAILED and status.exit_code == 127, status

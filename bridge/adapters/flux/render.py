@@ -20,6 +20,7 @@ from bridge.plan import (
     LaunchPlan,
     check_shell_env,
     job_environment,
+    step_guard_env,
 )
 from bridge.shell import join, quote
 
@@ -61,7 +62,7 @@ def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]
         # RFC 25 requires duration; 0 means unlimited (bounded by the instance)
         "duration": float(plan.time_limit_seconds or 0),
         "environment": {"PATH": BASE_PATH, **(base_env or {}), **{entry.name: entry.value or "" for entry in plan.env},
-                        **dict(job_environment(plan))},
+                        **dict(job_environment(plan)), **step_guard_env(plan)},
         "job": {"name": plan.name},
         "shell": {"options": {}},
     }

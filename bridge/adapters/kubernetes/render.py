@@ -21,6 +21,7 @@ from bridge.plan import (
     Launcher,
     LaunchPlan,
     job_environment,
+    step_guard_env,
 )
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -109,7 +110,8 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     container.pop("args", None)
     user_env = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
                  **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
-    user_env += [{"name": name, "value": value} for name, value in job_environment(plan)]
+    user_env += [{"name": name, "value": value} for name, value in (*job_environment(plan),
+                                                                      *step_guard_env(plan).items())]
     _set_env(container, user_env)
     resources = _quantity_map(plan)
     if resources:
