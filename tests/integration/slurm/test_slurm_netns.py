@@ -100,3 +100,21 @@ def test_ssh_transport_refuses_an_unknown_host_key(netns_hosts, tmp_path) -> Non
                              known_hosts_file=str(other), retries=0)
     with pytest.raises(BackendUnavailable, match="not in .*known_hosts"):
         transport.run(["true"])
+
+
+def test_ssh_transport_reads_stdout_and_stderr_together(netns_hosts) -> None:
+    """A command that writes megabytes to stderr before any stdout: reading one stream to its end first
+    would fill the channel's window and hang; both come back whole, with the exit status."""
+    login = netns_hosts.host("node-0")
+    transport = SSHTransport(login.ip, user="root", key_file=str(netns_hosts.client_key),
+                             known_hosts_file=str(netns_hosts.known_hosts), retries=0)
+    try:
+        result = transport.run(["sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' e >&2; echo out; "
+                                            "head -c 2000000 /dev/zero | tr '\\0' o; exit 7"], timeout=120)
+        assert result.returncode == 7
+        assert result.stderr == "e" * 3_000_000
+        assert result.stdout == "out\n" + "o" * 2_000_000
+        streamed = "".join(transport.stream(["sh", "-c", "for i in 1 2 3; do echo line $i; done"]))
+        assert streamed == "line 1\nline 2\nline 3\n"
+    finally:
+        transport.close()
