@@ -232,3 +232,20 @@ def test_batch_script_whose_srun_step_cannot_run_fails(engine: Engine, tmp_path)
         assert status.state == JobState.SUCCEEDED, status
     else:
         assert status.state == JobState.FAILED and status.exit_code == 127, status
+
+
+def test_logs_follow_streams_while_the_job_runs_and_ends_with_it(engine: Engine) -> None:
+    if engine.kwok:
+        pytest.skip("kwok nodes run no container, so there is no log to stream (real kubelets: issue 15)")
+    prepared = engine.prepare("conform-follow", ["sh", "-c", "echo first-line; sleep 6; echo second-line"])
+    adapter = prepared.adapter
+    ref = service.submit(prepared).ref
+    poll_until(adapter, ref, lambda s: s.state != JobState.PENDING, timeout=120, interval=0.2)
+    seen, state_at_first = "", None
+    for chunk in service.logs(adapter, ref.job_id, follow=True):
+        seen += chunk
+        if state_at_first is None and "first-line" in seen:
+            state_at_first = adapter.poll([ref])[ref].state  # the job is still sleeping: output came live
+    assert state_at_first == JobState.RUNNING
+    assert "second-line" in seen  # and following ended only after the job's last words
+    assert adapter.poll([ref])[ref].state.finished

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from bridge.cli import build_parser
@@ -66,8 +68,8 @@ def test_launcher_argv() -> None:
     topology = discovery.Topology(("n0", "n1"), 0, 2)
     settings = launchers.SSHSettings("/k/ssh_config", "/k/ssh")
     assert launchers.openmpi_argv(topology, "/h", ["app"], ["A"], ssh=settings) == [
-        "mpirun", "--hostfile", "/h", "-np", "4", "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", "ssh",
-        "--mca", "plm_rsh_args", "-F /k/ssh_config", "-x", "A", "app"]
+        "mpirun", "--hostfile", "/h", "-np", "4", "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", "/k/ssh",
+        "--mca", "plm_rsh_no_tree_spawn", "1", "-x", "A", "app"]
     assert launchers.hydra_argv(topology, "/h", ["app"], ["A", "B"], ssh=settings, mpiexec="mpiexec.hydra") == [
         "mpiexec.hydra", "-f", "/h", "-n", "4", "-launcher", "ssh", "-launcher-exec", "/k/ssh", "-genvlist", "A,B",
         "app"]
@@ -126,25 +128,64 @@ def test_client_config_never_accepts_unknown_keys(tmp_path) -> None:
     assert "StrictHostKeyChecking no" not in text
 
 
-def test_wait_for_peers_with_a_fake_clock() -> None:
-    now = [0.0]
-    up = {"a"}
-    probes = []
+class BannerServer:
+    """A listener on 127.0.0.x that greets each connection with *greeting* (None: accepts and stays silent)."""
 
-    def probe(host, port):
-        probes.append(host)
-        return host in up
+    def __init__(self, address: str, port: int = 0, greeting: bytes | None = b"SSH-2.0-test\r\n") -> None:
+        import socket
 
-    def sleep(seconds):
-        now[0] += seconds
-        if now[0] >= 1.0:
-            up.add("b")
+        self.sock = socket.create_server((address, port))
+        self.port = self.sock.getsockname()[1]
+        self.greeting = greeting
+        self.conns: list = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
-    ssh.wait_for_peers(["a", "b"], 2222, 10, clock=lambda: now[0], sleep=sleep, probe=probe)
-    assert probes.count("a") == 1  # answered once, never probed again
-    now[0] = 0.0
-    with pytest.raises(BackendRejected, match="within 3s: c, d"):
-        ssh.wait_for_peers(["a", "c", "d"], 2222, 3, clock=lambda: now[0], sleep=sleep, probe=probe)
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.greeting is not None:
+                conn.sendall(self.greeting)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def test_wait_for_peers_until_every_sshd_answers() -> None:
+    up = BannerServer("127.0.0.1")
+    late: list[BannerServer] = []
+    timer = threading.Timer(0.3, lambda: late.append(BannerServer("127.0.0.2", up.port)))
+    timer.start()  # a peer whose sshd comes up while we probe: refused first, then answers
+    try:
+        assert ssh.wait_for_peers(["127.0.0.1", "127.0.0.2", "127.0.0.1"], up.port, 30) is True
+    finally:
+        timer.join()
+        up.close()
+        for server in late:
+            server.close()
+
+
+def test_wait_for_peers_names_the_ones_that_never_answered() -> None:
+    up = BannerServer("127.0.0.1")
+    frozen = BannerServer("127.0.0.3", up.port, greeting=None)  # accepts, never greets (a stopped sshd)
+    http = BannerServer("127.0.0.4", up.port, greeting=b"HTTP/1.1 400 Bad Request\r\n")
+    try:
+        with pytest.raises(BackendRejected, match=r"within 0.5s: 127.0.0.2, 127.0.0.3, 127.0.0.4, nohost.invalid$"):
+            ssh.wait_for_peers(["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "nohost.invalid"], up.port,
+                               0.5, attempt_timeout=0.1)
+    finally:
+        for server in (up, frozen, http):
+            server.close()
+
+
+def test_wait_for_peers_stops_when_asked() -> None:
+    assert ssh.wait_for_peers(["127.0.0.2"], 9, 30, stop=lambda: True) is False
 
 
 def test_job_keys_are_made_once(tmp_path) -> None:

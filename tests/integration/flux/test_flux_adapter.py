@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def trainjob(name: str, runtime: str, command: list[str], workdir: Path, **trainer):
+    # a uid of its own: both transports' runs share one Flux instance and must not see each other's jobs
     return load_documents(yaml.safe_dump({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": name, "annotations": {"hpcbridge.io/workdir": str(workdir)}},
+        "metadata": {"name": name, "uid": str(uuid.uuid4()), "annotations": {"hpcbridge.io/workdir": str(workdir)}},
         "spec": {"runtimeRef": {"name": runtime}, "trainer": {"command": command, **trainer}}}))[0]
 
 

@@ -108,3 +108,40 @@ def test_sigterm_cancels_every_node(tmp_path: Path) -> None:
     for pid in map(int, pids.read_text().split()):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_status_logs_and_cancel_from_another_process(tmp_path: Path) -> None:
+    """`hpcbridge cancel --cluster local ID` from another terminal stops a running local job; status, list
+    and logs see it there too."""
+    import json
+
+    path = trainjob(tmp_path, "elsewhere", ["sh", "-c", "echo started-here; sleep 300"], nodes=2)
+    env = {**os.environ}
+    owner = subprocess.Popen([sys.executable, "-m", "bridge", "submit", str(path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bridge", *args, "--cluster", "local"], capture_output=True,
+                              text=True, env=env, timeout=120)
+
+    deadline = time.monotonic() + 60
+    rows: list = []
+    while time.monotonic() < deadline:
+        rows = json.loads(cli("list", "-o", "json").stdout or "[]")
+        if rows and "started-here" in cli("logs", rows[0]["job"]).stdout:
+            break
+        time.sleep(0.2)
+    assert len(rows) == 1 and rows[0]["name"] == "elsewhere" and rows[0]["uid"] == rows[0]["job"]
+    job = rows[0]["job"]
+    assert json.loads(cli("status", job, "-o", "json").stdout)[0]["state"] == "Running"
+    assert cli("logs", job).stdout.count("started-here") == 2  # both nodes
+    cancelled = cli("cancel", job, "--grace", "5")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out, err = owner.communicate(timeout=60)
+    assert owner.returncode != 0 and "Cancelled" in err
+    assert json.loads(cli("status", job, "-o", "json").stdout)[0]["state"] == "Cancelled"
+    # a second run of the same file is a new run (the local cluster runs in the foreground)
+    again = subprocess.run([sys.executable, "-m", "bridge", "submit", str(trainjob(tmp_path, "elsewhere", ["true"]))],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(cli("status", job, "-o", "json").stdout)[0]["state"] == "Succeeded"
