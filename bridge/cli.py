@@ -13,6 +13,7 @@ import json
 import signal
 import sys
 
+from bridge.adapters import REGISTRY
 from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
 
 
@@ -51,7 +52,6 @@ def _print_document(document, output: str) -> None:
         raise InvalidSpec("--output", output, "use text, yaml or json")
 
 
-BACKENDS = ("local", "slurm", "flux", "kubernetes")
 OUTPUTS = ("text", "yaml", "json")
 
 
@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("render", help="print exactly what submit would send")
     p.add_argument("file", help="TrainJob YAML ('-' for stdin)")
-    p.add_argument("--to", choices=BACKENDS, help="render for a backend type instead of a configured cluster")
+    p.add_argument("--to", choices=tuple(REGISTRY), help="render for a backend type instead of a configured cluster")
     common(p)
     p.set_defaults(func=cmd_render)
 

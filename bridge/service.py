@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: backend types ``render --to`` and ``convert --to`` can target without a configured cluster
-BACKENDS = ("local", "slurm", "flux", "kubernetes")
 #: what submit does when the TrainJob's uid already has a finished job on the cluster
 IfFinished = Literal["error", "attach", "rerun"]
 
@@ -140,10 +138,11 @@ def clusters() -> dict[str, BridgeCluster]:
 
 def backend_cluster(backend: str) -> BridgeCluster:
     """A cluster of *backend* type with the documented defaults (``render --to``, ``convert --to``)."""
+    from bridge.adapters import REGISTRY
     from bridge.api.cluster import BridgeCluster
 
-    if backend not in BACKENDS:
-        raise InvalidSpec("--to", backend, f"use one of {', '.join(BACKENDS)}")
+    if backend not in REGISTRY:
+        raise InvalidSpec("--to", backend, f"use one of {', '.join(REGISTRY)}")
     return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                          "metadata": {"name": backend}, "spec": {"type": backend}})
 
