@@ -150,9 +150,7 @@ def backend_cluster(backend: str) -> BridgeCluster:
 def get_adapter(cluster: BridgeCluster) -> Adapter:
     from bridge.adapters import get_adapter as _get
 
-    if cluster.spec.type == "local":
-        cluster = _local_cluster_for_this_process(cluster)
-    return _get(cluster)
+    return _get(_defaults_for_this_machine(cluster))
 
 
 def cluster_adapter(name: str | None) -> Adapter:
@@ -169,12 +167,29 @@ def cluster_adapter(name: str | None) -> Adapter:
     return get_adapter(configured[name])
 
 
-def _local_cluster_for_this_process(cluster: BridgeCluster) -> BridgeCluster:
-    """The local cluster launches with this very interpreter unless its config says otherwise."""
-    if cluster.spec.defaults.launch_command:
+def _defaults_for_this_machine(cluster: BridgeCluster) -> BridgeCluster:
+    """Clusters whose jobs run where this hpc-bridge runs — the local cluster, and Flux reached without SSH —
+    launch with this very interpreter and find ``flux`` where this process does, unless the config says
+    otherwise: an entry that gives only a URI works as written (examples/clusters.yaml)."""
+    spec = cluster.spec
+    flux = spec.flux
+    on_this_machine = spec.type == "local" or (spec.type == "flux" and not (flux and flux.host)
+                                               and not (flux and flux.uri and flux.uri.startswith("ssh://")))
+    if not on_this_machine:
         return cluster
-    defaults = cluster.spec.defaults.model_copy(update={"launch_command": [sys.executable, "-m", "bridge", "launch"]})
-    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"defaults": defaults})})
+    update: dict = {}
+    if not spec.defaults.launch_command:
+        update["defaults"] = spec.defaults.model_copy(
+            update={"launch_command": [sys.executable, "-m", "bridge", "launch"]})
+    if spec.type == "flux" and (flux is None or not os.path.isabs(flux.flux_command)):
+        import shutil
+
+        found = shutil.which(flux.flux_command if flux else "flux")
+        if found:
+            from bridge.api.cluster import FluxConnection
+
+            update["flux"] = (flux or FluxConnection()).model_copy(update={"flux_command": found})
+    return cluster.model_copy(update={"spec": spec.model_copy(update=update)}) if update else cluster
 
 
 # --- plan and render -------------------------------------------------------------------------------------

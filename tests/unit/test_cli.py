@@ -157,3 +157,16 @@ def test_bad_sbatch_flag_is_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and "soon" in result.stderr
     unknown = hpcbridge("render", str(EXAMPLE), "-N", "3")
     assert unknown.returncode == 2 and "unrecognized arguments" in unknown.stderr
+
+
+def test_convert_to_sbatch_is_what_render_to_slurm_prints(tmp_path: Path) -> None:
+    """One sbatch writer: converting a TrainJob (or a batch script) to sbatch renders it for Slurm, launch included."""
+    torch = ROOT / "examples" / "torch-ddp.yaml"
+    converted = hpcbridge("convert", str(torch), "--to", "sbatch")
+    rendered = hpcbridge("render", str(torch), "--to", "slurm")
+    assert converted.returncode == 0 and converted.stdout == rendered.stdout
+    assert "srun --nodes=2" in converted.stdout and "--launcher torchrun" in converted.stdout
+    path = tmp_path / "job.sbatch"
+    path.write_text(SCRIPT.replace(" -p gpu", ""))
+    assert hpcbridge("convert", str(path), "--to", "sbatch").stdout == hpcbridge("render", str(path), "--to",
+                                                                               "slurm").stdout

@@ -127,3 +127,26 @@ def test_mpi4py_allreduce_inside_flux(flux_cluster, tmp_path) -> None:
     text = "".join(adapter.logs(ref))
     assert status.state == JobState.SUCCEEDED, text
     assert "allreduce result: 3 OK" in text
+
+
+def test_example_cluster_entry_runs_the_mpi_example_as_shipped(flux_uri, tmp_path) -> None:
+    """examples/clusters.yaml's Flux entry gives only a URI: the MPI example runs on it with no fluxCommand or
+    launchCommand (the job launches with this hpc-bridge and finds flux where the submitter does)."""
+    import os
+    import subprocess
+
+    entry = next(doc for doc in yaml.safe_load_all((ROOT / "examples" / "clusters.yaml").read_text())
+                 if doc["spec"]["type"] == "flux")
+    assert set(entry["spec"]["flux"]) == {"uri"}
+    entry["spec"]["flux"]["uri"] = flux_uri
+    config = tmp_path / "clusters.yaml"
+    config.write_text(yaml.safe_dump(entry))
+    env = {**os.environ, "HPCBRIDGE_CONFIG": str(config)}
+    result = subprocess.run([sys.executable, "-m", "bridge", "submit", str(ROOT / "examples" / "mpi-allreduce.yaml"),
+                             "--cluster", entry["metadata"]["name"], "--wait", "--rerun"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.split()[0]
+    logs = subprocess.run([sys.executable, "-m", "bridge", "logs", job, "--cluster", entry["metadata"]["name"]],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert "allreduce result: 10 OK" in logs.stdout, logs.stdout + logs.stderr
