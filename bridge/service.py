@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from bridge.errors import AlreadyRan, BackendUnavailable, InvalidSpec
+from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
 
 if TYPE_CHECKING:
     from bridge.adapters.base import Adapter, Artifact, JobRef, JobStatus
@@ -37,22 +37,23 @@ IfFinished = Literal["error", "attach", "rerun"]
 
 @dataclass(frozen=True)
 class Retry:
-    """Bounded exponential backoff for ``BackendUnavailable``; other errors pass through at once."""
+    """Bounded exponential backoff for errors that say they are ``retryable`` (``BackendUnavailable``);
+    every other error passes through at once."""
 
     attempts: int = 4
     first_delay: float = 0.5
     factor: float = 2.0
     sleep: Callable[[float], None] = time.sleep
     #: told of each retry: the error, the attempt that failed (1-based), the delay before the next
-    on_retry: Callable[[BackendUnavailable, int, float], None] | None = None
+    on_retry: Callable[[BridgeError, int, float], None] | None = None
 
     def call(self, fn: Callable[[], T]) -> T:
         delay = self.first_delay
         for attempt in range(1, self.attempts + 1):
             try:
                 return fn()
-            except BackendUnavailable as exc:
-                if attempt == self.attempts:
+            except BridgeError as exc:
+                if not exc.retryable or attempt == self.attempts:
                     raise
                 if self.on_retry is not None:
                     self.on_retry(exc, attempt, delay)
