@@ -124,23 +124,14 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.replace(path)  # readers see the old file or the new one, never half of one
 
 
-def _group_alive(pgid: int) -> bool:
+def _alive(number: int, group: bool = True) -> bool:
+    """Whether a process group (or with ``group=False`` a process) still exists: signal 0 probes it."""
     try:
-        os.killpg(pgid, 0)
+        (os.killpg if group else os.kill)(number, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+        return True  # it exists, and belongs to someone else
     return True
 
 
@@ -277,7 +268,8 @@ class LocalAdapter(Adapter):
         if result is not None:
             return JobStatus(ref, JobState(result["state"]), exit_code=result.get("exitCode"),
                              reason=result.get("reason"), message=result.get("message"))
-        if any(_group_alive(pgid) for pgid in record.get("groups", [])) or _pid_alive(int(record.get("owner", 0)) or -1):
+        owner = int(record.get("owner", 0)) or -1
+        if any(_alive(pgid) for pgid in record.get("groups", [])) or _alive(owner, group=False):
             return JobStatus(ref, JobState.RUNNING, nodes=(socket.gethostname(),))
         # the owning process died before it could write the result: nobody knows the exit code
         if (directory / "cancelled").exists():
@@ -373,7 +365,7 @@ class LocalAdapter(Adapter):
         for pgid in groups:
             _killpg(pgid, sig)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_group_alive(pgid) for pgid in groups):
+        while time.monotonic() < deadline and any(_alive(pgid) for pgid in groups):
             time.sleep(0.05)
         for pgid in groups:
             _killpg(pgid, SIGNALS["KILL"])
