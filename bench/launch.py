@@ -2,13 +2,17 @@
 hostfile, in the same run. Needs root (it builds the hosts); run: .venv/bin/python bench/launch.py [--runs N].
 
 Both sides run the same Open MPI C allreduce from host node-0 over ssh; hpcbridge's side includes starting
-the per-job sshd on the peers, waiting for them, and releasing them at the end.
+the per-job sshd on the peers, waiting for them, and releasing them at the end. The bridge package is
+byte-compiled first, as an installed package is (the editable checkout may hold none: PYTHONDONTWRITEBYTECODE).
+With HPCBRIDGE_TRACE=1 it also prints the last run's phase timings from every host (bridge/mpi/bootstrap.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,8 +32,9 @@ CLEAN = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMP
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=15)  # the machine is shared and noisy: medians of many
     runs = parser.parse_args().runs
+    compileall.compile_dir(ROOT / "bridge", quiet=1)
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-launch-"))
     cluster = HostCluster(count=3, base_dir=base)
     cluster.start()
@@ -49,6 +54,10 @@ def main() -> None:
             assert "allreduce result: 6 OK" in out.stdout, out.stdout + out.stderr
             return time.perf_counter() - start
 
+        tracing = bool(os.environ.get("HPCBRIDGE_TRACE"))
+        stderr = subprocess.PIPE if tracing else subprocess.DEVNULL
+        traced: list[str] = []
+
         def bridged(index: int) -> float:
             argv = [sys.executable, "-m", "bridge", "launch", "--launcher", "openmpi", "--discovery", "explicit",
                     "--job-id", f"bench-{index}", "--ssh-dir", str(keys)]
@@ -56,13 +65,18 @@ def main() -> None:
                 argv += ["--host", host.name]
             argv += ["--", str(program)]
             start = time.perf_counter()
-            peers = [cluster.run_in_host(h, argv, env=CLEAN, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            peers = [cluster.run_in_host(h, argv, env=CLEAN, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
                      for h in cluster.hosts[1:]]
             out = cluster.exec_in_host(node0, argv, env=CLEAN)
             for peer in peers:
                 peer.wait(timeout=60)
+            elapsed = time.perf_counter() - start
             assert "allreduce result: 6 OK" in out.stdout, out.stdout + out.stderr
-            return time.perf_counter() - start
+            if tracing:  # every host's phase lines, in the order they happened (each carries the wall clock)
+                texts = [out.stderr, *(peer.stderr.read() for peer in peers)]
+                traced[:] = sorted((line for text in texts for line in text.splitlines()
+                                    if line.startswith("[hpcbridge launch")), key=lambda line: line.split()[3])
+            return elapsed
 
         bare()
         bridged(-1)  # warm caches on both sides
@@ -74,8 +88,11 @@ def main() -> None:
         print(f"bare mpirun (hand-written hostfile):  {b * 1000:7.0f} ms (median of {runs})")
         print(f"hpcbridge launch on every host:       {o * 1000:7.0f} ms (median of {runs})")
         print(f"ratio hpcbridge / bare:               {o / b:7.2f}x   (target <= 1.10)")
+        if traced:
+            print("last run, every host:", *traced, sep="\n  ")
     finally:
         cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -3,23 +3,23 @@
 It discovers the peers, writes the hostfile, builds the launcher's command line and runs it, forwarding
 SIGTERM/SIGINT so a cancel stops every rank, and exits with the launcher's code. ``LaunchSpec`` is the
 contract between the renderers (which write its arguments into batch scripts) and this command.
+
+Between hosts without a scheduler the peers serve a per-job sshd; rank 0 starts the launcher at once (its own
+start-up overlaps the peers'), holds the launcher's ssh at a gate until every peer's sshd answers, and at the
+end releases the peers. Every node's files live in a fresh private directory (mkdtemp, mode 0700).
+Start-up time is spent on every node of every job: modules load where they are needed (hashlib for the
+release token, socket for the probes), after the peers' sshd or rank 0's launcher is already running, and
+children start with os.posix_spawn (bridge.mpi.spawn), not subprocess.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import hmac
 import os
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from bridge.errors import InvalidSpec
@@ -30,27 +30,38 @@ LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux")
 MPI = ("openmpi", "mpich", "intel")
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
+_SPEC_DEFAULTS = {"nodes": None, "forward_env": (), "hosts": (), "node_rank": None, "hostfile": None,
+                  "rdzv_port": 29500, "job_id": "", "ssh_dir": None, "ssh_port": ssh.DEFAULT_PORT,
+                  "wait_timeout": 120.0, "extra_env": None}
+
+
+class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_node", "command", *_SPEC_DEFAULTS],
+                            defaults=tuple(_SPEC_DEFAULTS.values()))):
+    """What ``hpcbridge launch`` does, immutable (a named tuple, not a dataclass: see hostfile.py).
+
+    ``ssh_dir`` is the directory with the job's SSH keys (mpi.ssh.create_job_keys) and enables ssh between the
+    nodes, with the job's sshd on ``ssh_port``; ``wait_timeout`` is how long rank 0 waits for every peer's sshd.
+    """
+
+    __slots__ = ()
     launcher: str
     discovery: str
     procs_per_node: int
     command: tuple[str, ...]
-    nodes: int | None = None
-    forward_env: tuple[str, ...] = ()
-    hosts: tuple[str, ...] = ()
-    node_rank: int | None = None
-    hostfile: str | None = None
-    rdzv_port: int = 29500
-    job_id: str = ""
-    #: directory with the job's SSH keys (mpi.ssh.create_job_keys); enables ssh between nodes
-    ssh_dir: str | None = None
-    ssh_port: int = ssh.DEFAULT_PORT
-    #: how long rank 0 waits for every peer's sshd before giving up
-    wait_timeout: float = 120.0
-    extra_env: Mapping[str, str] = field(default_factory=dict)
+    nodes: int | None
+    forward_env: tuple[str, ...]
+    hosts: tuple[str, ...]
+    node_rank: int | None
+    hostfile: str | None
+    rdzv_port: int
+    job_id: str
+    ssh_dir: str | None
+    ssh_port: int
+    wait_timeout: float
+    extra_env: Mapping[str, str]
 
-    def __post_init__(self) -> None:
+    def __new__(cls, *args, **kwargs) -> LaunchSpec:
+        self = super().__new__(cls, *args, **kwargs)
         if self.launcher not in LAUNCHERS:
             raise InvalidSpec("--launcher", self.launcher, f"use one of {', '.join(LAUNCHERS)}")
         if self.discovery not in discovery.SOURCES:
@@ -59,6 +70,7 @@ class LaunchSpec:
             raise InvalidSpec("--procs-per-node", self.procs_per_node, "must be at least 1")
         if not self.command:
             raise InvalidSpec("command", None, "nothing to launch: give the command after --")
+        return self if self.extra_env is not None else self._replace(extra_env={})
 
     def to_args(self) -> list[str]:
         """The ``hpcbridge launch`` arguments that recreate this spec (what renderers embed)."""
@@ -126,93 +138,184 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
     return env
 
 
-def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run *argv* in its own process group, forward SIGTERM/SIGINT/SIGHUP to it, return a shell-style code.
+#: set in a peer's sshd sessions: the file that releases that peer (rank 0's fallback to the release port)
+RELEASE_ENV = "HPCBRIDGE_RELEASE_FILE"
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
-    The handlers are installed before the child starts: a signal that arrives while it starts is held
-    and delivered to it as soon as it exists, instead of killing us and orphaning it.
+
+class Child:
+    """The launcher, in its own process group; SIGTERM/SIGINT/SIGHUP to us are forwarded to that group.
+
+    The handlers are installed on entering, before the child starts: a signal that arrives while it starts is
+    held and delivered to it as soon as it exists, instead of killing us and orphaning it.
     """
-    child: subprocess.Popen | None = None
-    pending: list[int] = []
 
-    def forward(signum: int, _frame: object) -> None:
-        if child is None:
-            pending.append(signum)
+    def __init__(self) -> None:
+        self.proc = None
+        self.pending: list[int] = []
+        self.previous: dict = {}
+
+    def __enter__(self) -> Child:
+        self.previous = {sig: signal.signal(sig, self._forward) for sig in _FORWARDED}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        if self.proc is None:
+            self.pending.append(signum)
             return
         try:
-            os.killpg(child.pid, signum)
+            os.killpg(self.proc.pid, signum)
         except ProcessLookupError:
             pass
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    try:
+    def start(self, argv: Sequence[str], env: Mapping[str, str]) -> int | None:
+        """Start *argv*; None, or the shell's code when it cannot start (127 not found, 126 not executable)."""
+        from bridge.mpi.spawn import Process
+
         try:
-            child = subprocess.Popen(list(argv), env=dict(env), start_new_session=True)
+            self.proc = Process(argv, env, new_session=True)
         except FileNotFoundError:
             print(f"hpcbridge launch: {argv[0]}: command not found", file=sys.stderr)
             return 127
         except PermissionError:
             print(f"hpcbridge launch: {argv[0]}: permission denied", file=sys.stderr)
             return 126
-        for signum in pending:
-            forward(signum, None)
-        code = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 128 - code if code < 0 else code
+        for signum in self.pending:
+            self._forward(signum, None)
+        return None
+
+    def exited(self) -> bool:
+        return self.proc is None or self.proc.poll() is not None
+
+    def wait(self) -> int:
+        """The child's exit as a shell reports it (128+N when signal N ended it)."""
+        code = self.proc.wait()
+        return 128 - code if code < 0 else code
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM its group, SIGKILL after *grace* seconds."""
+        self._forward(signal.SIGTERM, None)
+        try:
+            self.proc.wait(grace)
+        except TimeoutError:
+            self._forward(signal.SIGKILL, None)
+            self.proc.wait()
 
 
-_T0 = time.monotonic()
+def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run *argv* in its own process group, forward SIGTERM/SIGINT/SIGHUP to it, return a shell-style code."""
+    with Child() as child:
+        failed = child.start(argv, env)
+        return failed if failed is not None else child.wait()
+
+
+def _process_age() -> float:
+    """Seconds since this process started (interpreter start-up and imports included), else 0."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            started = int(stat.read().rsplit(b")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+_T0 = time.monotonic() - _process_age() if os.environ.get("HPCBRIDGE_TRACE") else time.monotonic()
 
 
 def trace(message: str) -> None:
-    """Phase timings on stderr when HPCBRIDGE_TRACE is set (why is my launch slow?)."""
+    """Phase timings on stderr when HPCBRIDGE_TRACE is set (why is my launch slow?): the wall clock, to line up
+    the nodes' traces, the time since this process started and the CPU time it used so far."""
     if os.environ.get("HPCBRIDGE_TRACE"):
-        print(f"[hpcbridge launch +{time.monotonic() - _T0:.3f}s] {message}", file=sys.stderr, flush=True)
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+        print(f"[hpcbridge launch {os.uname().nodename} {stamp} +{time.monotonic() - _T0:.3f}s "
+              f"cpu {time.process_time():.3f}s] {message}", file=sys.stderr, flush=True)
 
 
-def done_marker(job_id: str, host: str) -> str:
-    """The file rank 0 creates on a peer (over ssh) to tell it the job is over."""
-    return f"/tmp/hpcbridge-{job_id or 'job'}.{host}.done"
+def private_workdir(job_id: str) -> str:
+    """A fresh directory for this node's files that only this user can enter, made as mkdtemp makes one: in
+    one mkdir, mode 0700, under a random name (so nobody else can pre-create, plant or read anything in it).
+    In $TMPDIR or /tmp; tempfile itself (a few ms to import) only where neither will do."""
+    prefix = f"hpcbridge-{(job_id[:8] or 'job').replace(os.sep, '_')}-"
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, prefix + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def remove_workdir(workdir: str) -> None:
+    try:  # the directory is flat (configs, known_hosts, hostfile, logs, the gate): no shutil needed
+        for name in os.listdir(workdir):
+            os.unlink(os.path.join(workdir, name))
+        os.rmdir(workdir)
+    except OSError:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def release_file(workdir: str) -> str:
+    """The file whose creation (by rank 0, over ssh) releases a peer: inside the peer's private workdir, so no
+    other user can create it first. Rank 0 never needs the path: the peer's sshd puts it in RELEASE_ENV."""
+    return os.path.join(workdir, "released")
 
 
 def release_token(keys: Path, job_id: str, host: str) -> bytes:
     """What rank 0 sends a peer to end it: an HMAC only holders of the job's private key can make."""
+    import hashlib
+    import hmac
+
     secret = (keys / ssh.CLIENT_KEY).read_bytes()
     return hmac.new(secret, f"release {job_id} {host}".encode(), hashlib.sha256).hexdigest().encode()
 
 
-def serve_peer(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles, workdir: str,
-               keys: Path, poll: float = 0.05) -> int:
+def serve_peer(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workdir: str,
+               start_sshd: Callable = ssh.start_sshd, poll: float = 0.05) -> int:
     """A non-zero MPI rank: serve sshd for the launcher until rank 0 says the job is over.
 
-    Rank 0 says so on the release port (sshd's port + 1) with a token made from the job's key; a file it
-    creates over ssh is the fallback where that port is not reachable.
+    Rank 0 says so on the release port (sshd's port + 1) with a token made from the job's key; where that
+    port is not reachable it creates this peer's release file over ssh instead (the path reaches its ssh
+    session in RELEASE_ENV). sshd starts first: rank 0 is waiting for it.
     """
     host = topology.hosts[topology.rank]
-    marker = done_marker(spec.job_id, host)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(marker)
-    expected = release_token(keys, spec.job_id, host)
-    listener = socket.socket(socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind(("", spec.ssh_port + 1))
-        listener.listen(8)
-        listener.settimeout(poll)
-    except OSError:
-        listener.close()
-        listener = None  # the marker file alone will do
-    sshd = ssh.start_sshd(files, Path(workdir) / "sshd.log")
+    marker = release_file(workdir)
+    config = ssh.write_sshd_config(keys, Path(workdir), spec.ssh_port, {RELEASE_ENV: marker})
+    log = Path(workdir) / "sshd.log"
     stopping: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum))
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum)) for sig in _FORWARDED}
+    sshd = listener = None
     try:
+        sshd = start_sshd(config, log)
+        trace("sshd started")
+        import socket
+
+        listener = socket.socket(socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("", spec.ssh_port + 1))
+            listener.listen(64)
+            listener.settimeout(poll)
+        except OSError:
+            listener.close()
+            listener = None  # the release file alone will do
+        expected = release_token(keys, spec.job_id, host)
         while not stopping and not os.path.exists(marker):
             if sshd.poll() is not None:
-                log = (Path(workdir) / "sshd.log").read_text(errors="replace").strip().splitlines()
-                print(f"hpcbridge launch: sshd exited with code {sshd.returncode}: {log[-1] if log else ''}",
+                lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+                print(f"hpcbridge launch: sshd exited with code {sshd.returncode}: {lines[-1] if lines else ''}",
                       file=sys.stderr)
                 return 1
             if listener is None:
@@ -224,20 +327,16 @@ def serve_peer(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFil
             signal.signal(sig, handler)
         if listener is not None:
             listener.close()
-        sshd.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            sshd.wait(timeout=5)
-        if sshd.poll() is None:
-            sshd.kill()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(marker)
+        if sshd is not None:
+            sshd.end()
+    trace(f"stopped by signal {stopping[0]}" if stopping else "released")
     return 128 + stopping[0] if stopping else 0
 
 
-def _released(listener: socket.socket, expected: bytes) -> bool:
+def _released(listener, expected: bytes) -> bool:
     try:
         conn, _ = listener.accept()
-    except (TimeoutError, OSError):
+    except OSError:  # TimeoutError included
         return False
     with conn:
         conn.settimeout(2.0)
@@ -245,62 +344,130 @@ def _released(listener: socket.socket, expected: bytes) -> bool:
             data = conn.recv(128).strip()
         except OSError:
             return False
+        import hmac
+
         ok = hmac.compare_digest(data, expected)
-        with contextlib.suppress(OSError):
+        try:
             conn.sendall(b"ok\n" if ok else b"no\n")
+        except OSError:
+            pass
         return ok
 
 
-def release_peers(spec: LaunchSpec, topology: discovery.Topology, files: ssh.SSHFiles, keys: Path) -> None:
+def _each(function: Callable[[str], None], items: Iterable[str], workers: int = 32) -> None:
+    """function(item) for every item, up to *workers* at a time (threads: the work is waiting on the network)."""
+    import threading
+
+    queue = list(items)
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                item = queue.pop()
+            function(item)
+
+    threads = [threading.Thread(target=work) for _ in range(min(workers, len(queue)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def release_peers(spec: LaunchSpec, tokens: Mapping[str, bytes], files: ssh.SSHFiles) -> None:
     """Tell every peer the job is over (best effort, in parallel): their sshd stops and they exit."""
-    peers = [host for index, host in enumerate(topology.hosts) if index != topology.rank]
-    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 
     def release(host: str) -> None:
+        import socket
+
         try:
             with socket.create_connection((host, spec.ssh_port + 1), timeout=5) as conn:
                 conn.settimeout(5)
-                conn.sendall(release_token(keys, spec.job_id, host) + b"\n")
+                conn.sendall(tokens[host] + b"\n")
                 if conn.recv(8).startswith(b"ok"):
                     return
         except OSError:
             pass
-        # fallback: the same message as a file, written over ssh
-        subprocess.run(["ssh", "-F", str(files.config), host, "touch", done_marker(spec.job_id, host)],
-                       timeout=30, check=False, **quiet)
+        # fallback: the peer's release file, created over ssh; its sshd tells the session where it is
+        import subprocess
 
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
-        list(pool.map(release, dict.fromkeys(peers)))
-        # close the launcher's shared connections, so no ssh master outlives the job
-        list(pool.map(lambda host: subprocess.run(["ssh", "-F", str(files.config), "-O", "exit", host], timeout=10,
-                                                  check=False, **quiet), dict.fromkeys(peers)))
+        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        try:
+            subprocess.run(["ssh", "-F", str(files.config), host, f'touch "${RELEASE_ENV}"'], timeout=30,
+                           check=False, **quiet)
+        except (OSError, subprocess.SubprocessError):
+            pass
+
+    _each(release, tokens)
+
+
+def _open_gate(gate: Path, fd: int, go: Path | None) -> None:
+    """Let the launcher's ssh wrappers go on: to connect when *go* is given, else to give up (exit 255)."""
+    if go is not None:
+        go.touch()
+    try:
+        gate.unlink()  # first: a wrapper that comes later must not wait on a gate nobody holds
+    finally:
+        os.close(fd)
+
+
+def lead(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workdir: str) -> int:
+    """MPI rank 0 between hosts: start the launcher at once; its ssh waits until every peer's sshd answers."""
+    own = topology.hosts[topology.rank]
+    peers = [host for host in dict.fromkeys(topology.hosts) if host != own]
+    work = Path(workdir)
+    gate, go = work / "gate", work / "go"
+    files = ssh.write_client_files(keys, topology.hosts, work, spec.ssh_port, gate=gate, go=go)
+    os.mkfifo(gate, 0o600)
+    gate_fd = os.open(gate, os.O_RDWR)  # held: the wrappers' reads end when it closes
+    argv = launch_argv(spec, topology, workdir, launchers.SSHSettings(str(files.config), str(files.wrapper)))
+    assert argv is not None
+    answered = False
+    tokens: dict[str, bytes] = {}
+    try:
+        with Child() as child:
+            failed = child.start(argv, child_env(spec, os.environ, topology))
+            if failed is not None:
+                _open_gate(gate, gate_fd, None)
+                return failed
+            trace("launcher started; waiting for peers")
+            try:
+                answered = ssh.wait_for_peers(peers, spec.ssh_port, spec.wait_timeout, stop=child.exited)
+            except BaseException:  # the deadline passed (BackendRejected names the peers), or worse
+                child.stop()  # its ssh never got past the gate: nothing runs on any peer
+                raise
+            finally:
+                _open_gate(gate, gate_fd, go if answered else None)
+            trace("peers answer" if answered else "the launcher ended before every peer answered")
+            # while the launcher runs: the release costs nothing at the end
+            tokens = {host: release_token(keys, spec.job_id, host) for host in peers}
+            code = child.wait()
+            trace(f"launcher exited with {code}")
+            return code
+    finally:
+        # also when a peer never came up: the ones that did must not serve forever
+        if not tokens:
+            tokens = {host: release_token(keys, spec.job_id, host) for host in peers}
+        release_peers(spec, tokens, files)
+        trace("released")
 
 
 def run(spec: LaunchSpec) -> int:
     trace("started")
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
                                   rank=spec.node_rank, hostfile=spec.hostfile)
-    with tempfile.TemporaryDirectory(prefix=f"hpcbridge-{spec.job_id[:8] or 'job'}-") as workdir:
+    workdir = private_workdir(spec.job_id)
+    try:
         if spec.launcher in MPI and spec.ssh_dir and len(topology.hosts) > 1:
             keys = ssh.load_job_keys(spec.ssh_dir)
-            files = ssh.write_ssh_files(keys, topology.hosts, Path(workdir), spec.ssh_port)
             if topology.rank != 0:
-                return serve_peer(spec, topology, files, workdir, keys)
-            own = topology.hosts[topology.rank]
-            try:
-                trace("waiting for peers")
-                ssh.wait_for_peers([h for h in topology.hosts if h != own], spec.ssh_port, spec.wait_timeout)
-                trace("peers answer; starting the launcher")
-                argv = launch_argv(spec, topology, workdir,
-                                   launchers.SSHSettings(str(files.config), str(files.wrapper)))
-                assert argv is not None
-                return run_child(argv, child_env(spec, os.environ, topology))
-            finally:
-                # also when a peer never came up: the ones that did must not serve forever
-                trace("releasing peers")
-                release_peers(spec, topology, files, keys)
-                trace("released")
+                return serve_peer(spec, topology, keys, workdir)
+            return lead(spec, topology, keys, workdir)
         argv = launch_argv(spec, topology, workdir)
         if argv is None:
             return 0
         return run_child(argv, child_env(spec, os.environ, topology))
+    finally:
+        remove_workdir(workdir)

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
+from collections import namedtuple
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from bridge.errors import InvalidSpec
 from bridge.mpi.hostfile import Peer
@@ -19,11 +17,10 @@ from bridge.mpi.hostfile import Peer
 SOURCES = ("slurm", "flux", "jobset", "hostfile", "explicit", "local")
 
 
-@dataclass(frozen=True)
-class Topology:
-    hosts: tuple[str, ...]
-    rank: int
-    slots: int
+class Topology(namedtuple("Topology", "hosts rank slots")):
+    """The job's hosts in rank order (tuple of names), this node's rank, and the slots on every host."""
+
+    __slots__ = ()
 
     @property
     def peers(self) -> list[Peer]:
@@ -63,8 +60,13 @@ def from_slurm(env: Mapping[str, str], slots: int) -> Topology:
     return Topology(hosts, rank, slots)
 
 
-def from_flux(env: Mapping[str, str], slots: int, run=subprocess.run) -> Topology:
+def from_flux(env: Mapping[str, str], slots: int, run=None) -> Topology:
     from bridge.mpi.hostlist import expand
+
+    if run is None:
+        import subprocess
+
+        run = subprocess.run
 
     # Inside a batch/alloc subinstance the instance's hostlist is the allocation.
     result = run(["flux", "getattr", "hostlist"], capture_output=True, text=True, check=False)
@@ -91,7 +93,7 @@ def from_hostfile(path: str, slots: int, rank: int | None, own_host: str | None 
 def from_jobset(env: Mapping[str, str], slots: int, nodes: int, hostname: str | None = None,
                 subdomain: str | None = None) -> Topology:
     """Pods named ``<jobset>-<rjob>-<jobIndex>-<podIndex>``; rank = the Job's completion index."""
-    hostname = hostname or socket.gethostname()
+    hostname = hostname or _hostname()
     match = re.fullmatch(r"(?P<prefix>.+)-(?P<job>\d+)-(?P<pod>\d+)", hostname.split(".")[0])
     if not match:
         raise InvalidSpec("hostname", hostname, "not a JobSet pod hostname <jobset>-<job>-<jobIndex>-<podIndex>")
@@ -115,8 +117,17 @@ def local(nodes: int, slots: int, rank: int | None, env: Mapping[str, str]) -> T
     return Topology(tuple(["localhost"] * nodes), rank, slots)
 
 
+def _hostname() -> str:
+    """This host's name (socket.gethostname without importing socket: it is the kernel's nodename)."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
+
+
 def _rank_of(hosts: Sequence[str], own_host: str | None) -> int:
-    own = own_host or socket.gethostname()
+    own = own_host or _hostname()
     candidates = {own, own.split(".")[0]}
     for index, host in enumerate(hosts):
         if host in candidates or host.split(".")[0] in candidates:

@@ -6,14 +6,17 @@ Open MPI wants ``host slots=N``; MPICH/Intel Hydra wants ``host:N`` and rejects 
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+# named tuples, not dataclasses, in bridge.mpi: every node of every job imports these at start-up, and the
+# dataclasses module alone costs ~10 ms there
 
 
-@dataclass(frozen=True)
-class Peer:
-    host: str
-    slots: int
+class Peer(namedtuple("Peer", "host slots")):
+    """A host and its slots (MPI ranks)."""
+
+    __slots__ = ()
 
 
 def merge_duplicates(peers: Sequence[Peer]) -> list[Peer]:

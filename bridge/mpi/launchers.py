@@ -3,30 +3,28 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
+from collections import namedtuple
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from bridge.mpi.discovery import Topology
 
 
-@dataclass(frozen=True)
-class SSHSettings:
-    """How an MPI launcher reaches the other hosts outside a scheduler (explicit hosts, JobSet pods)."""
+class SSHSettings(namedtuple("SSHSettings", "config wrapper")):
+    """How an MPI launcher reaches the other hosts outside a scheduler (explicit hosts, JobSet pods): *config*
+    is the ssh client config (it pins identity and known_hosts), *wrapper* an executable that runs
+    ``ssh -F config "$@"`` (the launchers take an executable, not arguments)."""
 
-    #: ssh client config to pass with -F (pins identity and known_hosts)
-    config: str
-    #: executable wrapper that runs ``ssh -F config "$@"`` (Hydra takes an executable, not arguments)
-    wrapper: str
+    __slots__ = ()
 
 
 def openmpi_argv(topology: Topology, hostfile: str, command: Sequence[str], forward_env: Sequence[str],
                  ssh: SSHSettings | None = None, mpirun: str = "mpirun") -> list[str]:
     argv = [mpirun, "--hostfile", hostfile, "-np", str(len(topology.hosts) * topology.slots)]
     if ssh is not None:
-        # plm rsh also inside a Slurm allocation, where Open MPI would otherwise launch orted with srun
-        argv += ["--mca", "plm", "rsh", "--mca", "plm_rsh_agent", "ssh", "--mca", "plm_rsh_args", f"-F {ssh.config}"]
+        # plm rsh also inside a Slurm allocation, where Open MPI would otherwise launch orted with srun; the
+        # wrapper (node 0's files) is the agent, so mpirun itself starts every daemon: no tree spawn from peers
+        argv += ["--mca", "plm", "rsh", "--mca", "plm_rsh_agent", ssh.wrapper, "--mca", "plm_rsh_no_tree_spawn", "1"]
     for name in forward_env:
         argv += ["-x", name]
     return [*argv, *command]
@@ -34,6 +32,8 @@ def openmpi_argv(topology: Topology, hostfile: str, command: Sequence[str], forw
 
 def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forward_env: Sequence[str],
                ssh: SSHSettings | None = None, mpiexec: str | None = None) -> list[str]:
+    import shutil
+
     program = mpiexec or (shutil.which("mpiexec.hydra") and "mpiexec.hydra") or "mpiexec"
     argv = [program, "-f", hostfile, "-n", str(len(topology.hosts) * topology.slots)]
     if ssh is not None:
@@ -45,6 +45,8 @@ def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forwar
 
 def find_torchrun() -> str:
     """torchrun from PATH, else the one installed beside this Python (a venv that is not activated)."""
+    import shutil
+
     beside = os.path.join(os.path.dirname(sys.executable), "torchrun")
     return shutil.which("torchrun") or (beside if os.access(beside, os.X_OK) else "torchrun")
 

@@ -6,18 +6,18 @@ key every node's sshd presents. known_hosts then pins exactly that host key for 
 names, so StrictHostKeyChecking stays on and nothing is ever accepted on first use.
 
 The sshd runs as the job's user on a high port; nothing here needs root.
+
+Imports stay light (socket, selectors, threading, subprocess, shutil load where they are used): every node
+of a job imports this module on its start-up path, all of them at once.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from bridge.errors import BackendRejected, InvalidSpec
@@ -29,6 +29,9 @@ DEFAULT_PORT = 2222
 
 
 def _keygen(path: Path, comment: str) -> None:
+    import shutil
+    import subprocess
+
     if shutil.which("ssh-keygen") is None:
         raise BackendRejected("ssh", "ssh-keygen not found: install openssh-client")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True,
@@ -71,8 +74,9 @@ def known_hosts(hosts: Iterable[str], host_public_key: str, port: int = DEFAULT_
     return f"{','.join(names)} {key_type} {key}\n"
 
 
-def client_config(keys: Path, known_hosts_file: Path, port: int = DEFAULT_PORT, user: str | None = None,
-                  control_dir: Path | None = None) -> str:
+def client_config(keys: Path, known_hosts_file: Path, port: int = DEFAULT_PORT, user: str | None = None) -> str:
+    # no ControlMaster: launchers open one connection per peer anyway, and a persistent master would have
+    # to be shut down at the end of every job (an ssh process per peer)
     lines = [
         "Host *",
         f"  Port {port}",
@@ -88,16 +92,15 @@ def client_config(keys: Path, known_hosts_file: Path, port: int = DEFAULT_PORT, 
     ]
     if user:
         lines.insert(2, f"  User {user}")
-    if control_dir is not None:
-        # one connection per peer, shared by the launcher's daemons and the final release: each new ssh
-        # handshake costs ~0.35 s on small nodes
-        lines += ["  ControlMaster auto", f"  ControlPath {control_dir}/%C", "  ControlPersist 60"]
     return "\n".join(lines) + "\n"
 
 
-def sshd_config(keys: Path, port: int, pid_file: Path) -> str:
-    """A private sshd for the job: key login only, to the job's own user, on a high port."""
-    return "\n".join([
+def sshd_config(keys: Path, port: int, pid_file: Path, session_env: Mapping[str, str] | None = None) -> str:
+    """A private sshd for the job: key login only, to the job's own user, on a high port.
+
+    *session_env* is set in every session it starts (sshd's SetEnv), e.g. where this node's release file is.
+    """
+    lines = [
         f"Port {port}",
         f"HostKey {keys / HOST_KEY}",
         f"AuthorizedKeysFile {keys / AUTHORIZED_KEYS}",
@@ -109,73 +112,214 @@ def sshd_config(keys: Path, port: int, pid_file: Path) -> str:
         # keys may live on a shared scratch filesystem whose parents are group/world writable
         "StrictModes no",
         "UsePAM no",
+        "UseDNS no",
         "X11Forwarding no",
         "AllowTcpForwarding no",
         "MaxStartups 100:30:200",
         "LogLevel ERROR",
-    ]) + "\n"
+    ]
+    for name, value in (session_env or {}).items():
+        if not name.isidentifier() or any(c in value for c in '"\\\n'):
+            raise InvalidSpec("sshd SetEnv", f"{name}={value}", "needs a plain name and a value without quotes")
+        lines.append(f'SetEnv "{name}={value}"')
+    return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class SSHFiles:
-    config: Path
-    wrapper: Path
-    known_hosts: Path
-    sshd_config: Path
-    sshd_pid: Path
+class SSHFiles(namedtuple("SSHFiles", "config wrapper known_hosts")):
+    """What a launcher on rank 0 uses to reach the peers: the client *config*, the *wrapper* (an executable
+    ``ssh -F config "$@"`` for launchers that take a program, not arguments; it waits at the gate, see
+    write_client_files) and *known_hosts*."""
+
+    __slots__ = ()
 
 
-def write_ssh_files(keys: Path, hosts: Sequence[str], workdir: Path, port: int = DEFAULT_PORT) -> SSHFiles:
-    """Client config, known_hosts and a Hydra-compatible wrapper in *workdir* (node-local)."""
+def write_client_files(keys: Path, hosts: Sequence[str], workdir: Path, port: int = DEFAULT_PORT,
+                       gate: Path | None = None, go: Path | None = None) -> SSHFiles:
+    """Client config, known_hosts and the ssh wrapper in *workdir* (node-local).
+
+    With *gate* (a FIFO that rank 0 holds open) and *go*, the wrapper first waits until the gate is gone, then
+    connects only if *go* exists: the launcher can start while the peers' sshd are still coming up, and no
+    connection is tried before they answer (nor ever, if they don't).
+    """
     known = workdir / "known_hosts"
     known.write_text(known_hosts(hosts, (keys / f"{HOST_KEY}.pub").read_text(), port))
     config = workdir / "ssh_config"
-    control = workdir / "cm"
-    control.mkdir(mode=0o700, exist_ok=True)
-    config.write_text(client_config(keys, known, port, control_dir=control))
+    config.write_text(client_config(keys, known, port))
     wrapper = workdir / "ssh"
-    wrapper.write_text(f"#!/bin/sh\nexec ssh -F '{config}' \"$@\"\n")
+    lines = ["#!/bin/sh"]
+    if gate is not None and go is not None:
+        g = _sh_quote(str(gate))
+        lines += [f"if [ -p {g} ]; then read _ 2>/dev/null < {g}; fi", f"[ -e {_sh_quote(str(go))} ] || exit 255"]
+    lines.append(f'exec ssh -F {_sh_quote(str(config))} "$@"')
+    wrapper.write_text("\n".join(lines) + "\n")
     wrapper.chmod(0o755)
-    pid = workdir / "sshd.pid"
-    sshd = workdir / "sshd_config"
-    sshd.write_text(sshd_config(keys, port, pid))
-    return SSHFiles(config, wrapper, known, sshd, pid)
+    return SSHFiles(config, wrapper, known)
 
 
-def start_sshd(files: SSHFiles, log: Path) -> subprocess.Popen:
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    if not os.path.exists(sshd):
+def _sh_quote(text: str) -> str:
+    """shlex.quote, always quoting (shlex itself is a few imports more on every node's start-up)."""
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def write_sshd_config(keys: Path, workdir: Path, port: int = DEFAULT_PORT,
+                      session_env: Mapping[str, str] | None = None) -> Path:
+    path = workdir / "sshd_config"
+    path.write_text(sshd_config(keys, port, workdir / "sshd.pid", session_env))
+    return path
+
+
+def start_sshd(config: Path, log: Path):
+    """``sshd -D`` with *config* (a spawn.Process); it logs to *log*."""
+    from bridge.mpi.spawn import Process, which
+
+    sshd = which("sshd", os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin", "/usr/local/sbin"]))
+    if sshd is None:
         raise BackendRejected("ssh", "sshd not found: install openssh-server on the nodes")
     # sshd refuses to start without its privilege separation directory (made by systemd elsewhere)
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    return subprocess.Popen([sshd, "-D", "-e", "-f", str(files.sshd_config), "-E", str(log)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Process([sshd, "-D", "-e", "-f", str(config), "-E", str(log)], quiet=True)
 
 
-def ssh_answers(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True when something on host:port speaks SSH (sends an SSH-2.0 banner)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as conn:
-            conn.settimeout(timeout)
-            return conn.recv(8).startswith(b"SSH-")
-    except OSError:
-        return False
+class _Attempt:
+    """One connection to one peer, from connect to its first bytes."""
+
+    def __init__(self, host: str, sock, expires: float) -> None:
+        self.host, self.sock, self.expires, self.data = host, sock, expires, b""
 
 
-def wait_for_peers(hosts: Sequence[str], port: int, deadline_seconds: float, clock=time.monotonic,
-                   sleep=time.sleep, probe=ssh_answers) -> None:
-    """Probe every peer in parallel until all answer or one deadline passes; name the ones that never did."""
-    pending = list(dict.fromkeys(hosts))
-    deadline = clock() + deadline_seconds
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(pending)))) as pool:
-        while pending:
-            answered = list(pool.map(lambda h: probe(h, port), pending))
-            pending = [host for host, ok in zip(pending, answered, strict=True) if not ok]
-            if not pending:
+class _Names:
+    """Peer addresses, looked up in a background thread: a slow DNS answer holds up no probe, and a name that
+    does not resolve yet (a pod's record appears once it runs) is asked again with backoff, not 100 times a
+    second. Known names are looked up again every *refresh* seconds while their peer has not answered."""
+
+    def __init__(self, hosts: Sequence[str], port: int, refresh: float = 1.0) -> None:
+        import threading
+
+        self.port, self.refresh = port, refresh
+        self.addresses: dict[str, list] = {}
+        self.wanted = set(hosts)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(list(hosts),), daemon=True)
+        self.thread.start()
+
+    def _run(self, hosts: list[str]) -> None:
+        import socket
+
+        due = dict.fromkeys(hosts, 0.0)
+        backoff = dict.fromkeys(hosts, 0.05)
+        while not self.done.is_set():
+            now = time.monotonic()
+            with self.lock:
+                todo = [host for host in hosts if host in self.wanted and due[host] <= now]
+            for host in todo:
+                try:
+                    infos = socket.getaddrinfo(host, self.port, type=socket.SOCK_STREAM)
+                except OSError:
+                    due[host] = time.monotonic() + backoff[host]
+                    backoff[host] = min(1.0, backoff[host] * 2)
+                    continue
+                with self.lock:
+                    self.addresses[host] = [(family, kind, proto, address) for family, kind, proto, _, address in infos]
+                due[host] = time.monotonic() + self.refresh
+            with self.lock:
+                upcoming = [due[host] for host in hosts if host in self.wanted]
+            if not upcoming:
                 return
-            if clock() >= deadline:
+            self.done.wait(max(0.0, min(upcoming) - time.monotonic()))
+
+    def get(self, host: str) -> list:
+        with self.lock:
+            return self.addresses.get(host, [])
+
+    def answered(self, host: str) -> None:
+        with self.lock:
+            self.wanted.discard(host)
+
+    def close(self) -> None:
+        self.done.set()
+
+
+def wait_for_peers(hosts: Sequence[str], port: int, deadline_seconds: float, *, interval: float = 0.01,
+                   attempt_timeout: float = 2.0, stop: Callable[[], bool] | None = None) -> bool:
+    """Until every host's sshd answers on *port* (sends its ``SSH-`` banner): True, or False once *stop* says so.
+
+    One non-blocking loop connects to all pending hosts at once and retries each *interval* after a refusal;
+    a peer that accepts but sends no banner (a frozen sshd) is retried after *attempt_timeout*. When the
+    deadline passes first, BackendRejected names the hosts that never answered.
+    """
+    import selectors
+    import socket
+
+    pending = list(dict.fromkeys(hosts))
+    deadline = time.monotonic() + deadline_seconds
+    retry_at = dict.fromkeys(pending, 0.0)
+    tries = dict.fromkeys(pending, 0)
+    attempts: dict = {}
+    selector = selectors.DefaultSelector()
+    names = _Names(pending, port)
+
+    def give_up(attempt: _Attempt, now: float) -> None:
+        selector.unregister(attempt.sock)
+        del attempts[attempt.sock]
+        attempt.sock.close()
+        retry_at[attempt.host] = now + interval
+
+    try:
+        while pending:
+            now = time.monotonic()
+            for host in [h for h in pending if h in retry_at and retry_at[h] <= now]:
+                addresses = names.get(host)
+                if not addresses:
+                    retry_at[host] = now + interval
+                    continue
+                tries[host] += 1
+                family, kind, proto, address = addresses[(tries[host] - 1) % len(addresses)]
+                sock = socket.socket(family, kind, proto)
+                sock.setblocking(False)
+                if sock.connect_ex(address) not in (0, errno.EINPROGRESS):
+                    sock.close()
+                    retry_at[host] = now + interval
+                    continue
+                del retry_at[host]
+                attempts[sock] = _Attempt(host, sock, now + attempt_timeout)
+                selector.register(sock, selectors.EVENT_WRITE)
+            if stop is not None and stop():
+                return False
+            if now >= deadline:
                 shown = ", ".join(pending[:10]) + (f" and {len(pending) - 10} more" if len(pending) > 10 else "")
                 raise BackendRejected("launch", f"peers never answered ssh on port {port} within "
                                                 f"{deadline_seconds:g}s: {shown}")
-            sleep(0.05)
+            wake = min([deadline, now + 0.05, *retry_at.values(), *(a.expires for a in attempts.values())])
+            for key, events in selector.select(max(0.0, wake - now)):
+                attempt = attempts[key.fileobj]
+                now = time.monotonic()
+                if events & selectors.EVENT_WRITE:
+                    if attempt.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                        give_up(attempt, now)
+                    else:
+                        selector.modify(attempt.sock, selectors.EVENT_READ)
+                    continue
+                try:
+                    chunk = attempt.sock.recv(8 - len(attempt.data))
+                except OSError:
+                    chunk = b""
+                attempt.data += chunk
+                if attempt.data.startswith(b"SSH-"):
+                    pending.remove(attempt.host)
+                    names.answered(attempt.host)
+                    selector.unregister(attempt.sock)
+                    del attempts[attempt.sock]
+                    attempt.sock.close()
+                elif not chunk or not b"SSH-".startswith(attempt.data[:4]):
+                    give_up(attempt, now)
+            now = time.monotonic()
+            for attempt in [a for a in attempts.values() if a.expires <= now]:
+                give_up(attempt, now)
+        return True
+    finally:
+        names.close()
+        for sock in attempts:
+            sock.close()
+        selector.close()

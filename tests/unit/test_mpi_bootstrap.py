@@ -227,3 +227,162 @@ def test_release_needs_the_jobs_token(tmp_path) -> None:
         sender.join()
         assert answers == [b"ok\n" if accepted else b"no\n"]
     listener.close()
+
+
+def test_workdirs_are_private_and_unguessable(tmp_path, monkeypatch) -> None:
+    import os
+    import stat
+
+    from bridge.mpi.bootstrap import private_workdir, release_file, remove_workdir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    first, second = private_workdir("job-1"), private_workdir("job-1")
+    try:
+        assert first != second  # a fresh random name every time: nothing to pre-create
+        for workdir in (first, second):
+            info = os.lstat(workdir)
+            assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+            assert stat.S_IMODE(info.st_mode) == 0o700  # nobody else can enter it, so nobody can plant a file
+            assert os.path.dirname(release_file(workdir)) == workdir
+    finally:
+        remove_workdir(first)
+        remove_workdir(second)
+    assert not os.path.exists(first) and not os.path.exists(second)
+
+
+def test_peer_sshd_tells_its_sessions_where_the_release_file_is(tmp_path) -> None:
+    text = ssh.sshd_config(tmp_path, 2222, tmp_path / "pid", {"HPCBRIDGE_RELEASE_FILE": "/w/x y/released"})
+    assert 'SetEnv "HPCBRIDGE_RELEASE_FILE=/w/x y/released"' in text.splitlines()
+    with pytest.raises(InvalidSpec, match="SetEnv"):
+        ssh.sshd_config(tmp_path, 2222, tmp_path / "pid", {"A": 'say "hi"'})
+
+
+def _free_port_pair() -> int:
+    """A port P with P + 1 free too (sshd's port and the release port)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port pair")
+
+
+def test_peer_ignores_a_planted_marker_and_forged_tokens_and_ends_on_its_release_file(tmp_path, monkeypatch) -> None:
+    import socket
+    import time
+    from pathlib import Path
+
+    from bridge.mpi import bootstrap, spawn
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    keys = ssh.create_job_keys(tmp_path / "k", "job")
+    port = _free_port_pair()
+    job = f"plant-{port}"
+    spec = LaunchSpec("openmpi", "explicit", 1, ("app",), hosts=("node-0", "node-1"), node_rank=1, job_id=job,
+                      ssh_dir=str(keys), ssh_port=port)
+    topology = discovery.Topology(("node-0", "node-1"), 1, 1)
+    workdir = bootstrap.private_workdir(job)
+    planted = Path(f"/tmp/hpcbridge-{job}.node-1.done")  # where the release marker used to be: anyone could make it
+    planted.touch()
+    configs: list[str] = []
+    sshds: list = []
+    answers: list = []
+
+    def fake_sshd(config, log):
+        configs.append(config.read_text())
+        sshds.append(spawn.Process(["sleep", "60"]))
+        return sshds[-1]
+
+    def rank_0() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port + 1), timeout=5)
+            except OSError:
+                time.sleep(0.01)
+                continue
+            with conn:  # a token that was not made with the job's key is refused ...
+                conn.sendall(b"forged\n")
+                answers.append(conn.recv(8))
+            break
+        Path(bootstrap.release_file(workdir)).touch()  # ... the peer's own release file (over ssh) is not
+
+    thread = threading.Thread(target=rank_0)
+    thread.start()
+    try:
+        assert bootstrap.serve_peer(spec, topology, keys, workdir, start_sshd=fake_sshd, poll=0.01) == 0
+    finally:
+        thread.join()
+        planted.unlink()
+        bootstrap.remove_workdir(workdir)
+    assert answers == [b"no\n"]
+    assert f'SetEnv "{bootstrap.RELEASE_ENV}={bootstrap.release_file(workdir)}"' in configs[0].splitlines()
+    assert sshds[0].returncode == -15  # the peer stopped its sshd
+
+
+def test_ssh_wrapper_waits_at_the_gate_and_connects_only_on_go(tmp_path) -> None:
+    import os
+    import select
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text('#!/bin/sh\necho "ssh $*"\n')  # stands in for the real client
+    (bin_dir / "ssh").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    keys = ssh.create_job_keys(tmp_path / "k", "job")
+    for go_ahead in (True, False):
+        work = tmp_path / f"work-{go_ahead}"
+        work.mkdir()
+        gate, go = work / "gate", work / "go"
+        files = ssh.write_client_files(keys, ["n1"], work, 2222, gate=gate, go=go)
+        os.mkfifo(gate)
+        held = os.open(gate, os.O_RDWR)
+        wrapper = subprocess.Popen([str(files.wrapper), "n1", "orted"], stdout=subprocess.PIPE, env=env)
+        readable, _, _ = select.select([wrapper.stdout], [], [], 0.3)
+        assert not readable and wrapper.poll() is None  # held at the gate
+        if go_ahead:
+            go.touch()
+        gate.unlink()
+        os.close(held)
+        out, _ = wrapper.communicate(timeout=30)
+        if go_ahead:
+            assert (wrapper.returncode, out.decode()) == (0, f"ssh -F {files.config} n1 orted\n")
+        else:
+            assert (wrapper.returncode, out) == (255, b"")
+    # without a gate the wrapper is plain ssh with the job's config
+    plain = ssh.write_client_files(keys, ["n1"], tmp_path, 2222)
+    out = subprocess.run([str(plain.wrapper), "n1", "true"], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout == f"ssh -F {plain.config} n1 true\n"
+
+
+def test_spawned_processes_report_like_popen(tmp_path) -> None:
+    import os
+    import signal
+
+    from bridge.mpi.spawn import Process
+
+    assert Process(["sh", "-c", "exit 3"]).wait() == 3
+    sleeper = Process(["sleep", "60"], new_session=True, quiet=True)
+    try:
+        assert os.getsid(sleeper.pid) == sleeper.pid  # its own session and process group
+        with open(f"/proc/{sleeper.pid}/status") as status:
+            ignored = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
+        assert not ignored & (1 << (signal.SIGPIPE - 1))  # Python ignores SIGPIPE; the child gets the default
+        with pytest.raises(TimeoutError):
+            sleeper.wait(0.05)
+        assert sleeper.poll() is None
+    finally:
+        assert sleeper.end() == -signal.SIGTERM
+    with pytest.raises(FileNotFoundError):
+        Process(["hpcbridge-no-such-program"])
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    with pytest.raises(PermissionError):
+        Process([str(script)])

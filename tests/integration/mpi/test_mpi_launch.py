@@ -156,6 +156,12 @@ def test_killed_rank_fails_the_job_and_leaves_nothing_running(mpi_hosts, job_key
     assert_gone(ranks.values())
 
 
+def listening_ports(mpi_hosts, host) -> set[int]:
+    out = mpi_hosts.exec_in_host(host, ["ss", "-Hltn"])
+    assert out.returncode == 0, out.stderr
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in out.stdout.splitlines()}
+
+
 def test_sigterm_on_rank_0_stops_every_rank(mpi_hosts, job_keys) -> None:
     marker = mpi_hosts.base_dir / "term-pids"
     marker.unlink(missing_ok=True)
@@ -166,9 +172,35 @@ def test_sigterm_on_rank_0_stops_every_rank(mpi_hosts, job_keys) -> None:
     assert len(wait_for_lines(marker, 3)) == 3
     procs["node-0"].send_signal(signal.SIGTERM)
     results = finish(procs)
-    assert results["node-0"][0] != 0
-    assert all(code is not None for code, _ in results.values())
+    codes = {name: code for name, (code, _) in results.items()}
+    # rank 0 forwards SIGTERM to mpirun, which stops the ranks and exits 1; rank 0 exits with the launcher's code
+    # and releases the peers, which end normally (0): none of them was killed, none is left serving
+    assert codes == {"node-0": 1, "node-1": 0, "node-2": 0}, results
+    assert not any("Traceback" in out for _, out in results.values()), results
     assert_gone(marker.read_text().split())
+    for host in mpi_hosts.hosts[1:]:  # the peers' sshd and release listener are gone with them
+        assert not listening_ports(mpi_hosts, host) & {2222, 2223}, host.name
+
+
+def test_peer_whose_release_port_is_taken_is_released_over_ssh(mpi_hosts, job_keys, programs) -> None:
+    """Where sshd's port + 1 is not the peer's (taken here by a stranger that answers nothing), rank 0 falls
+    back to ssh: it creates the peer's release file, whose private path the peer's sshd gives the session."""
+    squatter_code = ("import socket\ns = socket.create_server(('', 2223))\nprint('listening', flush=True)\n"
+                     "while True:\n    c, _ = s.accept()\n    c.close()\n")
+    victim = mpi_hosts.host("node-2")
+    squatter = mpi_hosts.run_in_host(victim, [sys.executable, "-c", squatter_code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout.readline().strip() == "listening"
+        results = finish(run_everywhere(mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi",
+                                                                          [str(programs["openmpi"])], "fallback")))
+    finally:
+        squatter.kill()
+        squatter.wait()
+    code, out = results["node-0"]
+    assert code == 0, out
+    assert "allreduce result: 6 OK" in out
+    assert {name: code for name, (code, _) in results.items()} == {"node-0": 0, "node-1": 0, "node-2": 0}, results
+    assert not listening_ports(mpi_hosts, victim) & {2222, 2223}
 
 
 def test_torchrun_ddp_across_two_hosts(mpi_hosts) -> None:
