@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -236,7 +237,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
                       hosts=tuple(args.host), node_rank=args.node_rank, hostfile=args.hostfile,
                       rdzv_port=args.rdzv_port, job_id=args.job_id, ssh_dir=args.ssh_dir,
                       ssh_port=args.ssh_port, wait_timeout=args.wait_timeout)
-    return run(spec)
+    code = run(spec)
+    # every node runs this at once: skip the interpreter's teardown (~5-8 ms of CPU each), output flushed
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class _Parser(argparse.ArgumentParser):

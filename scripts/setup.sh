@@ -38,10 +38,13 @@ fi
 ln -sfn "$venv" .venv
 
 pip=("$venv/bin/python" -m pip install -q)
+# compat editable mode: a plain path entry instead of an import hook every Python start-up pays for (~10 ms,
+# on every node of every job that starts `hpcbridge launch`)
+editable=(--config-settings editable_mode=compat)
 # mpi4py is built for whichever MPI it finds first at run time; the wheel carries both ABIs.
-"${pip[@]}" -e . mpi4py
+"${pip[@]}" "${editable[@]}" -e . mpi4py
 if [ "$all" = 1 ]; then
-  "${pip[@]}" -e '.[dev]'
+  "${pip[@]}" "${editable[@]}" -e '.[dev]'
   # torch from PyPI; the examples and tests use it on CPU with the gloo backend
   "$venv/bin/python" -c 'import torch' 2>/dev/null || "${pip[@]}" torch numpy
 fi
