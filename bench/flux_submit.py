@@ -37,6 +37,8 @@ def main() -> None:
     flux = shutil.which("flux")
     if flux is None:
         sys.exit("flux is not on PATH")
+    # the layer's submission record of this run only: a fresh cluster reuses job ids
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="hpcbridge-bench-state-")
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-flux-"))
     uri_file = base / "uri"
     broker = subprocess.Popen([flux, "start", "--test-size=2", "bash", "-c", f'echo "$FLUX_URI" > {uri_file}; '

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 import tempfile
 import time
@@ -31,6 +32,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=200)
     count = parser.parse_args().jobs
+    # the layer's submission record of this run only: a fresh cluster reuses job ids
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="hpcbridge-bench-state-")
     kube = KubeCluster(Path(tempfile.mkdtemp(prefix="hpcbridge-bench-k8s-")))
     started = time.perf_counter()
     kube.start()

@@ -9,6 +9,7 @@ Run: .venv/bin/python bench/slurm_submit.py [--jobs N] [--ssh]
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--ssh", action="store_true")
     args = parser.parse_args()
+    # the layer's submission record of this run only: a fresh cluster reuses job ids
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="hpcbridge-bench-state-")
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-slurm-"))
     slurm = SlurmCluster(base)
     slurm.start()
