@@ -54,8 +54,9 @@ class Records:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            # no fsync: the record must outlive this process (a killed CLI or operator), which the page
+            # cache gives; after a machine crash, jobs still queued are found on the backend itself
             os.write(fd, lines.encode())
-            os.fsync(fd)
         finally:
             os.close(fd)
 
