@@ -124,24 +124,26 @@ class SlurmAdapter(Adapter):
             raise BackendUnavailable("slurm", f"{what}: {text}")
         raise BackendRejected("slurm", f"{what}: {text}")
 
-    def _all_records(self, name: str | None = None, mine: bool = False) -> list[SlurmRecord]:
+    def _all_records(self, names: Sequence[str] = (), mine: bool = False) -> list[SlurmRecord]:
+        """squeue's records, only those of *names* when given (squeue filters a comma-separated list)."""
         if self.rest is not None:
             user = self.cluster.spec.slurm.user if mine and self.cluster.spec.slurm else None
             records = [_rest_record(job) for job in self.rest.jobs() if user is None or job.get("user_name") == user]
-            return [r for r in records if name is None or r.name == name]
+            return [r for r in records if not names or r.name in names]
         argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
-        if name:
-            argv.append(f"--name={name}")
+        if names:
+            argv.append(f"--name={','.join(sorted(names))}")
         if mine:
             argv.append("--me")
         return parse_squeue(self._check(self.transport.run(argv), "squeue").stdout)
 
     def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
-        """One squeue listing (filtered by name when there is one job to find); newest job per uid."""
+        """One squeue listing, filtered by the jobs' names (job names hold no comma); newest job per uid."""
         wanted = {identity.uid for identity in identities}
         names = {identity.name for identity in identities}
         found: dict[str, tuple[int, JobStatus]] = {}
-        for record in self._all_records(next(iter(names)) if len(names) == 1 else None):
+        # a long name list would outgrow the command line: past a few hundred names, list everything
+        for record in self._all_records(sorted(names) if len(names) <= 200 else ()):
             uid = comment_uid(record.comment)
             if uid in wanted:
                 order = _job_number(record.job_id)
