@@ -20,9 +20,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bridge.api.cluster import SLURM_NAME, BridgeCluster
+from bridge.api.cluster import CONSTRAINT, DIRECTIVE_SAFE, PRIVILEGED_OPTIONS, SLURM_NAME, BridgeCluster
 from bridge.api.k8s import Container, EnvVar, JobSetSpec, ReplicatedJob, ResourceRequirements
 from bridge.api.loader import invalid_from_validation
+from bridge.api.names import (
+    check_dns1035_label,
+    check_dns1123_label,
+    check_dns1123_subdomain,
+    check_uid,
+)
 from bridge.api.quantity import parse_quantity
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
@@ -47,10 +53,23 @@ RESERVED_ENV = {
     "xgboost": {"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"},
 }
 _SHELL_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SAFE_DIRECTIVE = re.compile(r"^[^\x00-\x1f\x7f\"'\\]*$")
+_SAFE_DIRECTIVE = DIRECTIVE_SAFE
 _ARRAY_SPEC = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?$")
 _DEPENDENCY = re.compile(r"^(singleton|[a-z_]+(:[0-9_+]+)+)([,?](singleton|[a-z_]+(:[0-9_+]+)+))*$")
-_CONSTRAINT = re.compile(r"^[A-Za-z0-9_&|\[\]()*:,.=-]+$")
+_CONSTRAINT = CONSTRAINT
+
+# What a plan may ask for, checked before any renderer runs (README "Security"): no renderer allocates in
+# proportion to a number nobody checked. Nodes: Kubernetes supports clusters of at most 5,000 nodes (and a
+# larger MPI hostfile no longer fits a ConfigMap); the local cluster emulates nodes as process groups on this
+# machine; Slurm and Flux count nodes in 32-bit fields, and no machine they run has 100,000.
+MAX_NODES = {"kubernetes": 5_000, "local": 64}
+MAX_NODES_DEFAULT = 100_000
+#: ranks (MPI slots, torchrun workers) per node
+MAX_PROCS_PER_NODE = 1_024
+#: Slurm's largest MaxArraySize is 4,000,001, so no array index is above 4,000,000
+MAX_ARRAY_INDEX = 4_000_000
+#: a time limit an HPC scheduler can hold (Slurm keeps minutes in 32 bits; ~68 years)
+MAX_TIME_LIMIT_SECONDS = 2**31 - 1
 
 
 class Launcher(StrEnum):
@@ -94,7 +113,8 @@ class NodeResources:
 
     @property
     def memory_mib(self) -> int | None:
-        return None if self.memory_bytes is None else max(1, math.ceil(self.memory_bytes / 2**20))
+        # integer division: a float cannot hold every byte count a quantity can say
+        return None if self.memory_bytes is None else max(1, -(-self.memory_bytes // 2**20))
 
 
 @dataclass(frozen=True)
@@ -258,14 +278,27 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     procs, launcher = _procs_and_launcher(trainjob, policy, framework, resources)
     mpi = policy.mpi if policy else None
 
+    nodes_field = "spec.trainer.numNodes" if spec_trainer and spec_trainer.num_nodes is not None \
+        else "runtime spec.mlPolicy.numNodes"
+    _check_bounds(cluster, nodes, nodes_field, procs, trainjob.spec.active_deadline_seconds)
+
     annotations = dict(trainjob.metadata.annotations or {})
     options = _backend_options(annotations, cluster, namespace)
+    _check_privileged(options, cluster)
     workdir = annotations.get(f"{ANNOTATION_PREFIX}workdir") or container.working_dir or cluster.spec.defaults.workdir
     if workdir is not None and not workdir:
         raise InvalidSpec(f"metadata.annotations[{ANNOTATION_PREFIX}workdir]", workdir, "must not be empty")
+    if workdir is not None and cluster.spec.type != "kubernetes":
+        # the working directory becomes '#SBATCH --chdir', a jobspec cwd or a local path
+        source = f"metadata.annotations[{ANNOTATION_PREFIX}workdir]" \
+            if annotations.get(f"{ANNOTATION_PREFIX}workdir") else \
+            f"runtime {runtime.name}: container node workingDir" if container.working_dir else \
+            f"cluster {cluster.name}: spec.defaults.workdir"
+        _check_directive_value(source, workdir)
+    _check_free_text(argv, env)
     launch_command = tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch"))
 
-    return LaunchPlan(
+    plan = LaunchPlan(
         name=trainjob.name,
         namespace=namespace,
         uid=derive_uid(trainjob),
@@ -292,6 +325,59 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         runtime_kind=runtime.kind,
         labels=dict(trainjob.metadata.labels or {}),
     )
+    check_identity(plan)
+    return plan
+
+
+def check_identity(plan: LaunchPlan) -> None:
+    """The values every artifact writes into comments, directives, attributes and labels, checked once more
+    on the finished plan, whatever path built the objects (bridge.api.names): Kubernetes' grammars."""
+    for where, value, check in (("metadata.name", plan.name, check_dns1035_label),
+                                ("metadata.namespace", plan.namespace, check_dns1123_label),
+                                ("metadata.uid", plan.uid, check_uid),
+                                ("cluster", plan.cluster, check_dns1123_subdomain),
+                                ("spec.runtimeRef.name", plan.runtime_name, check_dns1123_subdomain)):
+        try:
+            check(value)
+        except (ValueError, TypeError) as exc:
+            raise InvalidSpec(where, value, str(exc)) from None
+
+
+def _check_free_text(argv: tuple[str, ...], env: tuple[EnvEntry, ...]) -> None:
+    """Command, arguments and env values are carried byte for byte (quoted, never interpreted), except NUL,
+    which no exec argument or environment value can hold: refused rather than cut short."""
+    for index, arg in enumerate(argv):
+        if "\x00" in arg:
+            raise InvalidSpec(f"spec.trainer.command/args[{index}]", arg, "contains a NUL character, which no "
+                              "backend can carry")
+    for entry in env:
+        if entry.value is not None and "\x00" in entry.value:
+            raise InvalidSpec(f"env {entry.name!r}.value", entry.value, "contains a NUL character, which no backend "
+                              "can carry")
+
+
+def _check_bounds(cluster: BridgeCluster, nodes: int, nodes_field: str, procs: int, time_limit: int | None) -> None:
+    backend = cluster.spec.type
+    most = MAX_NODES.get(backend, MAX_NODES_DEFAULT)
+    if nodes > most:
+        raise InvalidSpec(nodes_field, nodes, f"at most {most} nodes on a {backend} cluster")
+    if procs > MAX_PROCS_PER_NODE:
+        raise InvalidSpec("spec.trainer.numProcPerNode", procs,
+                          f"at most {MAX_PROCS_PER_NODE} processes per node (derived from the runtime, the GPU or "
+                          "CPU count when not given)")
+    if time_limit is not None and backend != "kubernetes" and time_limit > MAX_TIME_LIMIT_SECONDS:
+        raise InvalidSpec("spec.activeDeadlineSeconds", time_limit,
+                          f"at most {MAX_TIME_LIMIT_SECONDS} seconds on a {backend} cluster")
+
+
+def _check_privileged(options: BackendOptions, cluster: BridgeCluster) -> None:
+    """Batch-script options that change who the job runs as are refused unless the cluster entry allows them."""
+    allowed = set(cluster.spec.defaults.allow_privileged_options)
+    for option, value in options.sbatch_extra:
+        if option in PRIVILEGED_OPTIONS and option not in allowed:
+            raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{option}]", value,
+                              f"--{option} changes the identity or privileges the job runs with; cluster "
+                              f"{cluster.name!r} does not allow it (spec.defaults.allowPrivilegedOptions)")
 
 
 # --- merging -------------------------------------------------------------------------------------------
@@ -302,9 +388,12 @@ def _merged_template(trainjob: TrainJob, runtime) -> JobSetSpec:
     base = runtime.spec.template.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     job_names = [job["name"] for job in base.get("replicatedJobs", [])]
     for index, patch in enumerate(trainjob.spec.runtime_patches or []):
-        spec_patch = ((patch.training_runtime_spec or {}).get("template") or {}).get("spec") or {}
         where = f"spec.runtimePatches[{index}]"
-        for job_index, job_patch in enumerate(spec_patch.get("replicatedJobs") or []):
+        # the patch is free-form until merged: every level this function reads must have the right shape
+        template = _patch_part(patch.training_runtime_spec, "template", f"{where}.trainingRuntimeSpec", dict)
+        spec_patch = _patch_part(template, "spec", f"{where}.trainingRuntimeSpec.template", dict)
+        jobs = _patch_part(spec_patch, "replicatedJobs", f"{where}.trainingRuntimeSpec.template.spec", list)
+        for job_index, job_patch in enumerate(jobs):
             name = job_patch.get("name") if isinstance(job_patch, dict) else None
             if name not in job_names:
                 raise InvalidSpec(f"{where}.trainingRuntimeSpec.template.spec.replicatedJobs[{job_index}].name", name,
@@ -314,6 +403,17 @@ def _merged_template(trainjob: TrainJob, runtime) -> JobSetSpec:
         return JobSetSpec.model_validate(base)
     except ValidationError as exc:
         raise invalid_from_validation(exc, prefix="spec.runtimePatches (merged template)") from None
+
+
+def _patch_part(parent: Any, key: str, where: str, kind: type) -> Any:
+    """``parent[key]`` of a runtime patch, empty when absent; InvalidSpec when it is not a *kind*."""
+    value = (parent or {}).get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        shape = "a mapping" if kind is dict else "a list"
+        raise InvalidSpec(f"{where}.{key}", value, f"must be {shape}")
+    return value
 
 
 # List fields merged by a key, as Kubernetes' strategic merge patch does for these types.
@@ -331,9 +431,11 @@ def strategic_merge(base: Any, patch: Any, key: str | None = None) -> Any:
     if isinstance(base, list) and isinstance(patch, list) and key in _MERGE_KEYS:
         merge_key = _MERGE_KEYS[key]
         merged_list = copy.deepcopy(base)
-        positions = {item.get(merge_key): i for i, item in enumerate(merged_list) if isinstance(item, dict)}
+        positions = {item.get(merge_key): i for i, item in enumerate(merged_list)
+                     if isinstance(item, dict) and isinstance(item.get(merge_key), (str, int))}
         for item in patch:
-            if isinstance(item, dict) and item.get(merge_key) in positions:
+            if isinstance(item, dict) and isinstance(item.get(merge_key), (str, int)) \
+                    and item.get(merge_key) in positions:
                 i = positions[item[merge_key]]
                 merged_list[i] = strategic_merge(merged_list[i], item)
             else:
@@ -457,10 +559,14 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
         where = f"metadata.annotations[{key}]"
         knob = key[len(ANNOTATION_PREFIX):]
         if key.startswith(SBATCH_PASSTHROUGH_PREFIX):
+            # convert imports plan, so not at import time
+            from bridge.convert.sbatch.parse import check_passthrough
+
             option = key[len(SBATCH_PASSTHROUGH_PREFIX):]
             if not re.fullmatch(r"[a-z][a-z0-9-]*", option):
                 raise InvalidSpec(where, option, "not an sbatch long option name")
             _check_directive_value(where, value)
+            check_passthrough(option, value, where)
             extra.append((option, value))
             continue
         if knob not in _KNOBS:
@@ -475,8 +581,9 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
             if value not in ("true", "false"):
                 raise InvalidSpec(where, value, "must be \"true\" or \"false\"")
         elif knob == "array":
-            if not _ARRAY_SPEC.fullmatch(value):
-                raise InvalidSpec(where, value, "not a job array spec like 0-15 or 1,3,5-7%2")
+            problem = array_problem(value)
+            if problem:
+                raise InvalidSpec(where, value, problem)
         elif knob == "dependency":
             if not _DEPENDENCY.fullmatch(value):
                 raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
@@ -499,10 +606,32 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
     )
 
 
+def array_problem(value: str) -> str | None:
+    """What is wrong with a Slurm job array spec (None: nothing): the grammar, and every index, step and
+    limit within MAX_ARRAY_INDEX, so no value needs more than a few digits to hold."""
+    if len(value) > 1024 or not _ARRAY_SPEC.fullmatch(value):
+        return "not a job array spec like 0-15, 1,3,5-7:2 or 0-99%10"
+    body, _, limit = value.partition("%")
+    numbers = re.findall(r"[0-9]+", value)
+    if any(len(n) > 7 or int(n) > MAX_ARRAY_INDEX for n in numbers):
+        return f"array indexes, steps and limits are at most {MAX_ARRAY_INDEX} (Slurm's largest MaxArraySize - 1)"
+    for item in body.split(","):
+        span, _, step = item.partition(":")
+        low, _, high = span.partition("-")
+        if high and int(high) < int(low):
+            return f"range {span} ends before it starts"
+        if step and int(step) < 1:
+            return "an array step is at least 1"
+    if limit and int(limit) < 1:
+        return "the limit after % is at least 1"
+    return None
+
+
 def _check_directive_value(where: str, value: str) -> None:
     # These values land in '#SBATCH' lines: one line, and no quote characters sbatch's parser would eat.
     if not value or not _SAFE_DIRECTIVE.fullmatch(value):
-        raise InvalidSpec(where, value, "must be one line without quotes, backslashes or control characters")
+        raise InvalidSpec(where, value, "must be one line (at most 4096 characters) without quotes, backslashes or "
+                                        "control characters")
 
 
 def job_environment(plan: LaunchPlan) -> tuple[tuple[str, str], ...]:

@@ -96,10 +96,16 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
 
     sbatch flags override a script's directives, or a TrainJob's fields, as ``sbatch`` flags would.
     """
-    from bridge.api.loader import load_documents, read_text
+    from bridge.api.loader import MAX_INPUT_BYTES, decode_input, load_documents, read_text
 
     if file == "-":
-        text, source, path = (sys.stdin.read() if stdin is None else stdin), "<stdin>", None
+        # bytes, as a file is read: no newline translation, bounded, strict UTF-8
+        if stdin is None:
+            stream = getattr(sys.stdin, "buffer", None)
+            data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else sys.stdin.read().encode()
+        else:
+            data = stdin.encode("utf-8", "surrogatepass")
+        text, source, path = decode_input(data, "<stdin>"), "<stdin>", None
     else:
         text, source, path = read_text(file), file, file
     notes: list[str] = []
@@ -312,8 +318,10 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
                 to_send.append(prepared)
             else:
                 plan = prepared.plan
+                what = (f"{status.state.value}" if status.state.value != "Unknown"
+                        else "which the cluster no longer knows (recorded by this machine)")
                 raise AlreadyRan(f"{plan.namespace}/{plan.name} (uid {uid}) already ran on cluster {plan.cluster} "
-                                 f"as job {status.ref.job_id}, {status.state.value}; `hpcbridge status "
+                                 f"as job {status.ref.job_id}, {what}; `hpcbridge status "
                                  f"{status.ref.job_id}` shows it; submit --rerun runs it again",
                                  status.ref.job_id, status.state.value)
         for prepared in to_send:

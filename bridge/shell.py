@@ -1,8 +1,14 @@
 """Quoting for values that reach a shell script or a command line.
 
-``shlex.quote`` is right for one-line values. A value with a newline or another control character is
-written in bash's ``$'…'`` form instead, so every generated line stays one physical line: a value that
-contains ``\\n#SBATCH --x`` can never become a directive.
+``shlex.quote`` is right for values of printable characters. A value with a newline or another control or
+invisible character is written in bash's ``$'…'`` form instead, so every generated line stays one physical
+line of printable text: a value that contains ``\\n#SBATCH --x`` can never become a directive, and a CR, a
+line separator or a bidi control can't make the script look different from what bash runs. Characters
+outside ASCII that need escaping are written as their UTF-8 bytes (``\\xHH``), which bash decodes the same
+way in every locale (``\\uHHHH`` depends on the job's locale).
+
+NUL is the one byte bash cannot carry (``$'\\x00'`` ends the string): the planner refuses it with the field
+that holds it, and ``quote`` raises rather than let a value be cut short.
 """
 
 from __future__ import annotations
@@ -13,12 +19,16 @@ from collections.abc import Iterable
 _ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
+def _plain(value: str) -> bool:
+    return value.isprintable()
+
+
 def quote(value: str) -> str:
-    if value and value.isprintable():
-        return shlex.quote(value)
     if not value:
         return "''"
-    if all(ch.isprintable() or ch == " " for ch in value):
+    if "\x00" in value:
+        raise ValueError("a NUL character cannot be carried in a shell word")
+    if _plain(value):
         return shlex.quote(value)
     out = []
     for ch in value:
@@ -26,14 +36,18 @@ def quote(value: str) -> str:
             out.append(_ESCAPES[ch])
         elif ch.isprintable():
             out.append(ch)
-        elif ord(ch) < 0x100:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
         else:
-            out.append(f"\\U{ord(ch):08x}")
+            out.append("".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8")))
     return "$'" + "".join(out) + "'"
 
 
 def join(argv: Iterable[str]) -> str:
     return " ".join(quote(arg) for arg in argv)
+
+
+def comment(text: str) -> str:
+    """*text* made safe for the rest of a ``#`` comment line: every character that is not printable (a line
+    break, CR, NUL, a line separator) is shown escaped, so nothing after the ``#`` can start a new line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)

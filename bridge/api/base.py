@@ -11,13 +11,17 @@ from pydantic.alias_generators import to_camel
 class WireModel(BaseModel):
     """A Kubernetes-style object fragment.
 
-    ``extra="forbid"`` is what makes a typo (``numNode``) an error instead of a silently ignored field;
-    ``populate_by_name`` lets Python code build objects with snake_case names.
+    ``extra="forbid"`` is what makes a typo (``numNode``) an error instead of a silently ignored field.
+    Input is read as the Kubernetes API server reads it: by the camelCase wire name only (``num_nodes`` is an
+    unknown field, not an alias) and with strict types — ``numNodes: "2"`` or ``numNodes: true`` is an error,
+    not 2 or 1, and a boolean is never a number.
     """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
-        populate_by_name=True,
+        validate_by_alias=True,
+        validate_by_name=False,
+        strict=True,
         extra="forbid",
         validate_assignment=False,
         frozen=False,

@@ -12,6 +12,13 @@ from pydantic import Field, field_validator, model_validator
 
 from bridge.api.base import WireModel
 from bridge.api.k8s import ObjectMeta
+from bridge.api.names import (
+    check_dns1123_label,
+    check_dns1123_subdomain,
+    check_host,
+    check_one_line,
+    check_user_name,
+)
 
 API_VERSION = "hpcbridge.io/v1alpha1"
 CLUSTER_TYPES = ("local", "slurm", "flux", "kubernetes")
@@ -19,6 +26,19 @@ CLUSTER_TYPES = ("local", "slurm", "flux", "kubernetes")
 # Slurm partition/account/qos names: what slurm.conf and sacctmgr accept in practice. Kept strict because
 # these values end up in #SBATCH lines, which cannot carry a newline or a quote safely.
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+@-]{1,128}$")
+#: a Slurm constraint expression (features, & | [ ] ( ) * counts); no blanks, quotes or control characters
+CONSTRAINT = re.compile(r"^[A-Za-z0-9_&|\[\]()*:,.=-]{1,1024}$")
+#: a value written into a '#SBATCH' line as is: one line, no quotes or backslashes sbatch's parser would eat
+DIRECTIVE_SAFE = re.compile(r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029\"'\\]{1,4096}$")
+#: batch-script options that change the identity or the privileges a job runs with; refused unless the
+#: cluster entry names them in ``defaults.allowPrivilegedOptions``
+PRIVILEGED_OPTIONS = ("uid", "gid", "get-user-env")
+PrivilegedOption = Literal["uid", "gid", "get-user-env"]
+
+
+def _path(value: str | None) -> str | None:
+    """A file path from the config: one line, no control characters."""
+    return None if value is None else check_one_line(value, "a path")
 
 
 class SecretKeyRef(WireModel):
@@ -26,8 +46,45 @@ class SecretKeyRef(WireModel):
     key: str
     namespace: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return check_dns1123_subdomain(name)
 
-class SlurmConnection(WireModel):
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: str) -> str:
+        if not re.fullmatch(r"[-._A-Za-z0-9]{1,253}", key):
+            raise ValueError("must be a Secret key: letters, digits, '-', '_' and '.'")
+        return key
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, namespace: str | None) -> str | None:
+        return None if namespace is None else check_dns1123_label(namespace)
+
+
+class _Remote(WireModel):
+    """Fields every connection over SSH shares: host, port, user, key files."""
+
+    @field_validator("host", check_fields=False)
+    @classmethod
+    def _host(cls, host: str | None) -> str | None:
+        return None if host is None else check_host(host)
+
+    @field_validator("user", check_fields=False)
+    @classmethod
+    def _user(cls, user: str | None) -> str | None:
+        return None if user is None else check_user_name(user)
+
+    @field_validator("key_file", "known_hosts_file", "token_file", "slurm_conf", "flux_command", "kubeconfig",
+                     check_fields=False)
+    @classmethod
+    def _paths(cls, value: str | None) -> str | None:
+        return _path(value)
+
+
+class SlurmConnection(_Remote):
     transport: Literal["local", "ssh", "rest"] = "local"
     host: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
@@ -42,6 +99,13 @@ class SlurmConnection(WireModel):
     #: SLURM_CONF for the local transport (a cluster whose config is not in /etc/slurm)
     slurm_conf: str | None = None
 
+    @field_validator("rest_url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        if url is not None and not re.fullmatch(r"https?://[^\x00-\x20\x7f\"'\\]+", url):
+            raise ValueError("must be an http:// or https:// URL without blanks, quotes or control characters")
+        return url
+
     @model_validator(mode="after")
     def _transport_needs(self) -> SlurmConnection:
         if self.transport == "ssh" and not self.host:
@@ -51,7 +115,7 @@ class SlurmConnection(WireModel):
         return self
 
 
-class FluxConnection(WireModel):
+class FluxConnection(_Remote):
     #: ``local://…`` or ``ssh://…``; unset means the FLUX_URI of the environment
     uri: str | None = None
     #: python: flux-python in this process; cli: the ``flux`` command, here or on ``host`` over SSH
@@ -69,16 +133,36 @@ class FluxConnection(WireModel):
     @field_validator("uri")
     @classmethod
     def _scheme(cls, uri: str | None) -> str | None:
-        if uri is not None and not re.match(r"^(local|ssh)://", uri):
-            raise ValueError("must start with local:// or ssh://")
+        if uri is not None and not re.match(r"^(local|ssh)://[^\x00-\x20\x7f]*$", uri):
+            raise ValueError("must start with local:// or ssh:// (one word, no control characters)")
         return uri
 
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, env: dict[str, str] | None) -> dict[str, str] | None:
+        for name, value in (env or {}).items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"environment name {name!r} must be a shell variable name (letters, digits, _)")
+            if "\x00" in value:
+                raise ValueError(f"environment value of {name} contains a NUL character")
+        return env
 
-class KubernetesConnection(WireModel):
+
+class KubernetesConnection(_Remote):
     in_cluster: bool = False
     kubeconfig: str | None = None
     context: str | None = None
     namespace: str | None = None
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, context: str | None) -> str | None:
+        return None if context is None else check_one_line(context)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, namespace: str | None) -> str | None:
+        return None if namespace is None else check_dns1123_label(namespace)
 
 
 class ClusterDefaults(WireModel):
@@ -90,7 +174,10 @@ class ClusterDefaults(WireModel):
     container_runtime: Literal["none", "apptainer", "singularity", "podman", "enroot"] = "none"
     workdir: str | None = None
     #: argv that starts the bootstrap on the compute nodes (default ["hpcbridge", "launch"])
-    launch_command: list[str] | None = Field(default=None, min_length=1)
+    launch_command: list[str] | None = Field(default=None, min_length=1, max_length=64)
+    #: batch-script options that change identity or privilege (``--uid``, ``--gid``, ``--get-user-env``) that
+    #: TrainJobs and batch scripts may pass to this cluster; none unless listed
+    allow_privileged_options: list[PrivilegedOption] = Field(default_factory=list)
 
     @field_validator("partition", "account", "qos")
     @classmethod
@@ -98,6 +185,28 @@ class ClusterDefaults(WireModel):
         if value is not None and not SLURM_NAME.fullmatch(value):
             raise ValueError("must be a Slurm name: letters, digits and _ . + @ -")
         return value
+
+    @field_validator("constraint")
+    @classmethod
+    def _constraint(cls, value: str | None) -> str | None:
+        if value is not None and not CONSTRAINT.fullmatch(value):
+            raise ValueError("not a Slurm constraint expression (features joined by & or |, no blanks or quotes)")
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, value: str | None) -> str | None:
+        if value is not None and not DIRECTIVE_SAFE.fullmatch(value):
+            raise ValueError("must be one line without quotes, backslashes or control characters")
+        return value
+
+    @field_validator("launch_command")
+    @classmethod
+    def _launch_command(cls, argv: list[str] | None) -> list[str] | None:
+        for index, arg in enumerate(argv or []):
+            if "\x00" in arg or (index == 0 and not arg):
+                raise ValueError(f"item {index}: an argument may not be empty or contain a NUL character")
+        return argv
 
 
 class BridgeClusterSpec(WireModel):
@@ -110,6 +219,26 @@ class BridgeClusterSpec(WireModel):
     allowed_namespaces: list[str] | None = None
     #: namespace → Slurm account (or Flux bank) used when the TrainJob names none
     account_mapping: dict[str, str] | None = None
+
+    @field_validator("allowed_namespaces")
+    @classmethod
+    def _namespaces(cls, namespaces: list[str] | None) -> list[str] | None:
+        for namespace in namespaces or []:
+            check_dns1123_label(namespace)
+        return namespaces
+
+    @field_validator("account_mapping")
+    @classmethod
+    def _accounts(cls, mapping: dict[str, str] | None) -> dict[str, str] | None:
+        for namespace, account in (mapping or {}).items():
+            try:
+                check_dns1123_label(namespace)
+            except ValueError as exc:
+                raise ValueError(f"namespace {namespace!r}: {exc}") from None
+            if not SLURM_NAME.fullmatch(account):
+                raise ValueError(f"account {account!r} for namespace {namespace}: must be a Slurm name: letters, "
+                                 "digits and _ . + @ -")
+        return mapping
 
     @model_validator(mode="after")
     def _sections_match_type(self) -> BridgeClusterSpec:

@@ -11,16 +11,40 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from bridge.api.base import WireModel
+from bridge.api.names import (
+    check_annotations,
+    check_dns1123_label,
+    check_dns1123_subdomain,
+    check_labels,
+    check_one_line,
+    check_qualified_name,
+    check_uid,
+)
 from bridge.api.quantity import parse_quantity
 
 
 class OwnerReference(WireModel):
-    api_version: str
-    kind: str
+    api_version: str = Field(max_length=316)
+    kind: str = Field(max_length=63)
     name: str
     uid: str
     controller: bool | None = None
     block_owner_deletion: bool | None = None
+
+    @field_validator("api_version", "kind")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return check_one_line(value)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns1123_subdomain(value)
+
+    @field_validator("uid")
+    @classmethod
+    def _uid(cls, value: str) -> str:
+        return check_uid(value)
 
 
 class ObjectMeta(WireModel):
@@ -40,13 +64,55 @@ class ObjectMeta(WireModel):
     managed_fields: list[dict[str, Any]] | None = None
     self_link: str | None = None
 
+    # Identity fields follow Kubernetes' grammars (bridge.api.names): they end up in script lines, Slurm
+    # comments, Flux attributes and Kubernetes labels, so they are checked here, where they enter.
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, name: str | None) -> str | None:
+        return None if name is None else check_dns1123_subdomain(name)
+
+    @field_validator("generate_name")
+    @classmethod
+    def _generate_name(cls, prefix: str | None) -> str | None:
+        if prefix is not None:
+            check_dns1123_subdomain(prefix.rstrip("-.") or "x")
+        return prefix
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, namespace: str | None) -> str | None:
+        return None if namespace is None else check_dns1123_label(namespace)
+
+    @field_validator("uid")
+    @classmethod
+    def _uid(cls, uid: str | None) -> str | None:
+        return None if uid is None else check_uid(uid)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
+        return check_labels(labels)
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, annotations: dict[str, str] | None) -> dict[str, str] | None:
+        return check_annotations(annotations)
+
+    @field_validator("finalizers")
+    @classmethod
+    def _finalizers(cls, finalizers: list[str] | None) -> list[str] | None:
+        for finalizer in finalizers or []:
+            check_qualified_name(finalizer, "finalizer")
+        return finalizers
+
 
 class LocalObjectReference(WireModel):
     name: str
 
 
 class EnvVar(WireModel):
-    name: str = Field(min_length=1)
+    # Kubernetes' (relaxed) rule: printable ASCII except '='; HPC backends also need shell names (plan.py)
+    name: str = Field(min_length=1, max_length=1024, pattern=r"^[\x21-\x3c\x3e-\x7e]+$")
     value: str | None = None
     value_from: dict[str, Any] | None = None
 
@@ -63,14 +129,23 @@ class EnvVar(WireModel):
 Quantity = str | int | float
 
 
+#: Kubernetes: "no quantity may represent a number greater than 2^63-1 in magnitude"
+QUANTITY_MAX = 2**63 - 1
+
+
 def _check_quantities(values: dict[str, Quantity] | None) -> dict[str, Quantity] | None:
     for key, quantity in (values or {}).items():
+        check_qualified_name(key, "resource name")
+        if isinstance(quantity, str) and quantity != quantity.strip():
+            raise ValueError(f"{key}: a quantity has no surrounding blanks")
         try:
             amount = parse_quantity(quantity)
         except ValueError as exc:
             raise ValueError(f"{key}: {exc}") from None
         if amount < 0:
             raise ValueError(f"{key}: a resource quantity cannot be negative")
+        if amount > QUANTITY_MAX:
+            raise ValueError(f"{key}: a quantity is at most 2^63-1 (Kubernetes)")
     return values
 
 
@@ -79,15 +154,33 @@ class ResourceRequirements(WireModel):
     limits: dict[str, Quantity] | None = None
     claims: list[dict[str, Any]] | None = None
 
+    @field_validator("requests", "limits", mode="before")
+    @classmethod
+    def _no_booleans(cls, values: Any) -> Any:
+        # before the union of str | int | float sees it: a boolean is not a quantity (never 1)
+        if isinstance(values, dict):
+            for key, quantity in values.items():
+                if isinstance(quantity, bool):
+                    raise ValueError(f"{key}: a quantity is a number or a string like '500m' or '4Gi', not a "
+                                     "boolean")
+        return values
+
     @field_validator("requests", "limits")
     @classmethod
     def _valid_quantities(cls, values: dict[str, Quantity] | None) -> dict[str, Quantity] | None:
         return _check_quantities(values)
 
 
+def check_image(image: str | None) -> str | None:
+    """An image reference travels as one argument (container runtimes) or one field: no blanks, no controls."""
+    if image is not None and (not image or any(ch.isspace() or not ch.isprintable() for ch in image)):
+        raise ValueError("an image reference is one word without blanks or control characters")
+    return image
+
+
 class Container(WireModel):
     name: str = Field(min_length=1)
-    image: str | None = None
+    image: str | None = Field(default=None, max_length=4096)
     command: list[str] | None = None
     args: list[str] | None = None
     env: list[EnvVar] | None = None
@@ -111,6 +204,16 @@ class Container(WireModel):
     resize_policy: list[dict[str, Any]] | None = None
     restart_policy: str | None = None
     restart_policy_rules: list[dict[str, Any]] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return check_dns1123_label(name)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, image: str | None) -> str | None:
+        return check_image(image)
 
 
 class PodSpec(WireModel):
@@ -156,6 +259,11 @@ class PodSpec(WireModel):
     resource_claims: list[dict[str, Any]] | None = None
     resources: ResourceRequirements | None = None
 
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, selector: dict[str, str] | None) -> dict[str, str] | None:
+        return check_labels(selector)
+
 
 class TemplateMeta(WireModel):
     """Metadata allowed in a template (labels and annotations, plus the rest for tolerance of generated YAML)."""
@@ -166,6 +274,21 @@ class TemplateMeta(WireModel):
     namespace: str | None = None
     finalizers: list[str] | None = None
 
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
+        return check_labels(labels)
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, annotations: dict[str, str] | None) -> dict[str, str] | None:
+        return check_annotations(annotations)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, namespace: str | None) -> str | None:
+        return None if namespace is None else check_dns1123_label(namespace)
+
 
 class PodTemplateSpec(WireModel):
     metadata: TemplateMeta | None = None
@@ -173,9 +296,9 @@ class PodTemplateSpec(WireModel):
 
 
 class JobSpec(WireModel):
-    parallelism: int | None = Field(default=None, ge=0)
-    completions: int | None = Field(default=None, ge=0)
-    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    parallelism: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    completions: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    active_deadline_seconds: int | None = Field(default=None, ge=1, le=2**63 - 1)
     backoff_limit: int | None = Field(default=None, ge=0)
     backoff_limit_per_index: int | None = None
     max_failed_indexes: int | None = None
@@ -204,9 +327,14 @@ class DependsOn(WireModel):
 class ReplicatedJob(WireModel):
     name: str = Field(min_length=1, max_length=63)
     group_name: str | None = None
-    replicas: int | None = Field(default=None, ge=0)
+    replicas: int | None = Field(default=None, ge=0, le=2**31 - 1)
     depends_on: list[DependsOn] | None = None
     template: JobTemplateSpec = Field(default_factory=JobTemplateSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return check_dns1123_label(name)
 
 
 class JobSetSpec(WireModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -16,6 +17,20 @@ from bridge.errors import InvalidSpec
 
 # libyaml's loader when PyYAML was built with it: same safe semantics, several times faster
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Limits on what one input may cost (README "Security"). Kubernetes stores objects of at most ~1.5 MiB and
+# takes requests of at most 3 MiB; Slurm's default max_script_size is 4 MiB. Nothing hpc-bridge reads needs
+# more, and nothing below these bounds takes more than a second or a few hundred MB.
+#: bytes of one input file (YAML, batch script or cluster config) or of stdin
+MAX_INPUT_BYTES = 4 * 2**20
+#: nesting of mappings and sequences in one document (a pod template is about 20 deep)
+MAX_DEPTH = 64
+#: values (scalars and collections) of one input, and of one document once YAML aliases are expanded: what
+#: validation and rendering walk; a runtime is about 100, a large pod template a few thousand
+MAX_NODES = 100_000
+#: alias references (``*name``) in one document; Kubernetes objects rarely use any
+MAX_ALIASES = 100
+_INT64 = 2**63
 
 Resource = TrainJob | TrainingRuntime | ClusterTrainingRuntime | BridgeCluster
 
@@ -44,8 +59,8 @@ def format_loc(loc: Iterable[Any]) -> str:
         elif isinstance(part, str) and (part in _NOT_FIELDS or part.startswith(("function-", "literal["))):
             continue
         else:
-            path += f".{part}" if path else str(part)
-    return path
+            path += f".{_key_text(part)}" if path else _key_text(part)
+    return _short(path)
 
 
 def invalid_from_validation(exc: ValidationError, source: str | None = None, prefix: str = "") -> InvalidSpec:
@@ -64,8 +79,87 @@ def invalid_from_validation(exc: ValidationError, source: str | None = None, pre
     return InvalidSpec(path, value, problem, source=source)
 
 
+def _short(path: str, limit: int = 120) -> str:
+    return path if len(path) <= limit else f"{path[:limit - 1]}…"
+
+
+def _key_text(key: Any) -> str:
+    """A mapping key as it appears in a field path: printable and short, whatever the input holds."""
+    text = str(key)
+    if not text.isprintable():
+        text = repr(text)
+    return text if len(text) <= 64 else f"{text[:61]}..."
+
+
+def _join(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{_key_text(key)}" if path else _key_text(key)
+
+
+def check_data(data: Any, source: str | None = None) -> None:
+    """What every decoded document must be before validation, whatever it came from (YAML, JSON, the API
+    server): a tree (no cycles) of at most MAX_DEPTH levels and MAX_NODES nodes, whose mapping keys are
+    strings, whose numbers are finite 64-bit values, and whose strings are valid Unicode without NUL (no
+    backend can carry one: exec arguments and the environment are C strings)."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    active: set[int] = set()
+    exits: list[tuple[int, int]] = []  # (stack length when the container was entered, its id)
+    nodes = 0
+    while stack:
+        while exits and len(stack) <= exits[-1][0]:
+            active.discard(exits.pop()[1])
+        value, path, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise InvalidSpec(path, "…", f"document has more than {MAX_NODES} values", source=source)
+        if isinstance(value, str):
+            _check_string(value, path, source)
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int):
+            if not -_INT64 <= value < _INT64:
+                # not the number itself: repr() of a very long integer raises ValueError
+                raise InvalidSpec(path, f"an integer of {value.bit_length()} bits",
+                                  "numbers are 64-bit integers in Kubernetes objects", source=source)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise InvalidSpec(path, value, "not a finite number", source=source)
+        elif isinstance(value, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise InvalidSpec(_short(path), "…", f"nested more than {MAX_DEPTH} levels deep", source=source)
+            if id(value) in active:
+                raise InvalidSpec(path, "…", "the document refers to itself (a YAML alias cycle)", source=source)
+            active.add(id(value))
+            exits.append((len(stack), id(value)))
+            if isinstance(value, dict):
+                for key, child in value.items():
+                    if not isinstance(key, str):
+                        shown = type(key).__name__  # not str(key): a huge integer cannot be printed
+                        raise InvalidSpec(path, f"a key of type {shown}", "mapping keys are strings in Kubernetes objects: "
+                                          "quote it", source=source)
+                    _check_string(key, _join(path, key), source)
+                    stack.append((child, _join(path, key), depth + 1))
+            else:
+                stack.extend((child, _join(path, index), depth + 1) for index, child in enumerate(value))
+        else:
+            shown = type(value).__name__
+            raise InvalidSpec(path, str(value)[:40], f"a {shown} is not a Kubernetes value (YAML tags such as "
+                              "!!binary, !!set or unquoted timestamps are not read): quote it", source=source)
+
+
+def _check_string(text: str, path: str, source: str | None) -> None:
+    if "\x00" in text:
+        raise InvalidSpec(path, text, "contains a NUL character, which no backend can carry", source=source)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSpec(path, text, "not valid Unicode (a lone surrogate)", source=source) from None
+
+
 def parse_object(data: Any, source: str | None = None) -> Resource:
     """Validate one decoded document into its typed model."""
+    check_data(data, source)
     if not isinstance(data, dict):
         raise InvalidSpec("", data, "a document must be a mapping with apiVersion and kind", source=source)
     api_version, kind = data.get("apiVersion"), data.get("kind")
@@ -83,18 +177,113 @@ def parse_object(data: Any, source: str | None = None) -> Resource:
         raise InvalidSpec("", "…", "document is nested too deeply", source=source) from None
 
 
+def _check_nodes(root: yaml.Node, source: str) -> None:
+    """The composed YAML graph before anything is built from it: no alias cycle, at most MAX_ALIASES alias
+    references, MAX_DEPTH levels and MAX_NODES nodes once aliases are expanded, and no duplicate keys (the
+    API server refuses them; PyYAML would silently keep the last)."""
+    stack: list[tuple[yaml.Node, str, int]] = [(root, "", 0)]
+    active: set[int] = set()
+    exits: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    nodes = aliases = 0
+    while stack:
+        while exits and len(stack) <= exits[-1][0]:
+            active.discard(exits.pop()[1])
+        node, path, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise InvalidSpec(path, "…", f"document has more than {MAX_NODES} values once YAML aliases are expanded",
+                              source=source)
+        if id(node) in seen:
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise InvalidSpec(_short(path), "…", f"more than {MAX_ALIASES} YAML alias references", source=source)
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        if id(node) in active:
+            raise InvalidSpec(path, "…", "a YAML alias refers to a node that contains it (a cycle)", source=source)
+        if depth >= MAX_DEPTH:
+            raise InvalidSpec(_short(path), "…", f"nested more than {MAX_DEPTH} levels deep", source=source)
+        active.add(id(node))
+        exits.append((len(stack), id(node)))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, _join(path, index), depth + 1) for index, child in enumerate(node.value))
+            continue
+        keys: set[tuple[str, str]] = set()
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise InvalidSpec(path, "…", "mapping keys are strings in Kubernetes objects, not collections",
+                                  source=source)
+            child = _join(path, key_node.value)
+            if key_node.tag != "tag:yaml.org,2002:merge":
+                if (key_node.tag, key_node.value) in keys:
+                    line = key_node.start_mark.line + 1
+                    raise InvalidSpec(child, key_node.value, f"duplicate key (line {line}); the API server refuses "
+                                      "it, YAML would keep only the last", source=source)
+                keys.add((key_node.tag, key_node.value))
+            stack.append((value_node, child, depth + 1))
+
+
+def _count_events(text: str, source: str) -> None:
+    """A streaming pass over the parser's events, before any node is built: composing builds every node of a
+    document at once (about 450 bytes each), so the node count and the nesting are bounded here first."""
+    loader = _SafeLoader(text)
+    nodes = depth = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                nodes += 1
+            elif isinstance(event, yaml.CollectionStartEvent):
+                nodes += 1
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark else "?"
+                    raise InvalidSpec("", f"line {line}", f"nested more than {MAX_DEPTH} levels deep", source=source)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            if nodes > MAX_NODES:
+                raise InvalidSpec("", f"{nodes} values", f"input has more than {MAX_NODES} YAML values", source=source)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, text, source) from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_error(exc: Exception, text: str, source: str) -> InvalidSpec:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or (str(exc) if isinstance(exc, yaml.YAMLError) else type(exc).__name__)
+    return InvalidSpec("", text[:40], f"not valid YAML: {problem}{where}", source=source)
+
+
+def safe_load_all(text: str, source: str = "<input>") -> list[Any]:
+    """Every YAML document of *text*, decoded within the limits above (each refused as one InvalidSpec)."""
+    if len(text) > MAX_INPUT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_INPUT_BYTES:
+        raise InvalidSpec("", f"{len(text.encode('utf-8', 'surrogatepass'))} bytes",
+                          f"input is larger than {MAX_INPUT_BYTES} bytes", source=source)
+    documents: list[Any] = []
+    _count_events(text, source)
+    loader = _SafeLoader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            _check_nodes(node, source)
+            documents.append(loader.construct_document(node))
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, text, source) from None
+    except (RecursionError, ValueError, TypeError, OverflowError) as exc:
+        # PyYAML raises these for pathological input (odd timestamps, huge numbers)
+        raise _yaml_error(exc, text, source) from None
+    finally:
+        loader.dispose()
+    return documents
+
+
 def load_documents(text: str, source: str = "<input>") -> list[Resource]:
     """Every non-empty YAML document of *text* as a typed object, in order."""
-    try:
-        documents = list(yaml.load_all(text, Loader=_SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise InvalidSpec("", text[:40], f"not valid YAML: {problem}{where}", source=source) from None
-    except (RecursionError, ValueError, TypeError, OverflowError) as exc:
-        # PyYAML raises these for pathological input (deep nesting, odd timestamps)
-        raise InvalidSpec("", text[:40], f"not valid YAML: {type(exc).__name__}", source=source) from None
+    documents = safe_load_all(text, source)
     objects: list[Resource] = []
     for index, document in enumerate(documents):
         if document is None:
@@ -104,17 +293,31 @@ def load_documents(text: str, source: str = "<input>") -> list[Resource]:
     return objects
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """A UTF-8 input file's text; a missing, binary or directory path is an InvalidSpec."""
+def decode_input(data: bytes, source: str) -> str:
+    """Bytes read from a file or stdin as text, byte for byte: no newline translation (a CR stays a CR, so
+    the checks that follow see what bash and sbatch will see), at most MAX_INPUT_BYTES, strict UTF-8."""
+    if len(data) > MAX_INPUT_BYTES:
+        raise InvalidSpec("file", source, f"larger than {MAX_INPUT_BYTES} bytes")
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidSpec("file", source, f"not a UTF-8 text file (byte {exc.start})") from None
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A UTF-8 input file's text, read in binary (byte-exact); a missing, binary, huge or directory path is an
+    InvalidSpec."""
+    name = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
-        raise InvalidSpec("file", os.fspath(path), "no such file") from None
-    except UnicodeDecodeError:
-        raise InvalidSpec("file", os.fspath(path), "not a UTF-8 text file") from None
+        raise InvalidSpec("file", name, "no such file") from None
     except IsADirectoryError:
-        raise InvalidSpec("file", os.fspath(path), "is a directory, not a file") from None
+        raise InvalidSpec("file", name, "is a directory, not a file") from None
+    except OSError as exc:
+        raise InvalidSpec("file", name, f"cannot be read: {exc.strerror or type(exc).__name__}") from None
+    return decode_input(data, name)
 
 
 def load_file(path: str | os.PathLike[str]) -> list[Resource]:

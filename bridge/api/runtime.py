@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bridge.api.base import WireModel
 from bridge.api.k8s import JobSetTemplateSpec, ObjectMeta
+from bridge.api.names import check_dns1123_label, check_dns1123_subdomain
 
 #: MPI implementations. Upstream's CRD admits only OpenMPI (and ""); its Go constants already name MPICH
 #: and Intel (kubeflow/trainer#3712). hpc-bridge runs all three, so it admits them.
@@ -18,12 +19,18 @@ class EnvInjectionTarget(WireModel):
     job_name: str = Field(min_length=1, max_length=253)
     container_names: list[str] = Field(min_length=1, max_length=8)
 
+    @field_validator("job_name")
+    @classmethod
+    def _job_name(cls, name: str) -> str:
+        return check_dns1123_label(name)
+
     @field_validator("container_names")
     @classmethod
     def _not_node(cls, names: list[str]) -> list[str]:
         for name in names:
             if len(name) > 63:
                 raise ValueError(f"container name {name!r} is longer than 63 characters")
+            check_dns1123_label(name)
             if "node" in name:
                 raise ValueError(f"container name {name!r} must not contain 'node' (it always gets the env)")
         if len(set(names)) != len(names):
@@ -42,7 +49,7 @@ class TorchMLPolicySource(WireModel):
 class MPIMLPolicySource(WireModel):
     num_proc_per_node: int | None = Field(default=None, ge=1, le=2**31 - 1)
     mpi_implementation: str | None = None
-    ssh_auth_mount_path: str | None = Field(default=None, max_length=4096)
+    ssh_auth_mount_path: str | None = Field(default=None, max_length=4096, pattern=r"^/[^\x00-\x1f\x7f]*$")
     run_launcher_as_node: bool | None = None
 
     @field_validator("mpi_implementation")
@@ -111,6 +118,11 @@ class TrainingRuntimeSpec(WireModel):
 
 class RuntimeMeta(ObjectMeta):
     name: str = Field(min_length=1, max_length=253)
+
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, name: str) -> str:
+        return check_dns1123_subdomain(name)
 
 
 class _RuntimeBase(WireModel):

@@ -13,7 +13,15 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from bridge.api.base import WireModel
-from bridge.api.k8s import Condition, EnvVar, LocalObjectReference, ObjectMeta, ResourceRequirements
+from bridge.api.k8s import (
+    Condition,
+    EnvVar,
+    LocalObjectReference,
+    ObjectMeta,
+    ResourceRequirements,
+    check_image,
+)
+from bridge.api.names import DNS1035_LABEL, check_dns1035_label, check_dns1123_subdomain
 
 API_GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -24,16 +32,9 @@ MANAGED_BY_UPSTREAM = "trainer.kubeflow.org/trainjob-controller"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_MULTIKUEUE, MANAGED_BY_BRIDGE)
 
-RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_STORAGE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$")
-
-
-def check_rfc1035_name(name: str) -> str:
-    if len(name) > 63:
-        raise ValueError(f"must be at most 63 characters (has {len(name)})")
-    if not RFC1035_LABEL.fullmatch(name):
-        raise ValueError("must be an RFC 1035 DNS label: lowercase letters, digits and '-', starting with a letter")
-    return name
+RFC1035_LABEL = DNS1035_LABEL
+_STORAGE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\x00-\x20\x7f]+$")
+check_rfc1035_name = check_dns1035_label
 
 
 def check_unique_names(items: list[Any] | None, key: str = "name") -> None:
@@ -49,6 +50,11 @@ class RuntimeRef(WireModel):
     name: str = Field(min_length=1, max_length=253)
     api_group: str | None = Field(default=None, max_length=253)
     kind: str | None = Field(default=None, max_length=253)
+
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, name: str) -> str:
+        return check_dns1123_subdomain(name)
 
     @field_validator("kind")
     @classmethod
@@ -113,6 +119,11 @@ class Trainer(WireModel):
     resources_per_node: ResourceRequirements | None = None
     num_proc_per_node: int | None = Field(default=None, ge=1, le=2**31 - 1)
 
+    @field_validator("image")
+    @classmethod
+    def _image(cls, image: str | None) -> str | None:
+        return check_image(image)
+
     @field_validator("command", "args")
     @classmethod
     def _item_length(cls, items: list[str] | None) -> list[str] | None:
@@ -149,7 +160,7 @@ class TrainJobSpec(WireModel):
     trainer: Trainer | None = None
     runtime_patches: list[RuntimePatch] | None = Field(default=None, max_length=16)
     suspend: bool | None = None
-    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    active_deadline_seconds: int | None = Field(default=None, ge=1, le=2**63 - 1)
     managed_by: str | None = Field(default=None, max_length=253)
 
     @field_validator("managed_by")
@@ -195,7 +206,7 @@ class TrainJobMeta(ObjectMeta):
 
     @field_validator("name")
     @classmethod
-    def _dns_label(cls, name: str) -> str:
+    def _object_name(cls, name: str) -> str:
         return check_rfc1035_name(name)
 
 

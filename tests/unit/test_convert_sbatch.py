@@ -846,8 +846,6 @@ def test_rendered_flag_pass_through_reads_back() -> None:
         ("requeue", "nice", "overcommit"))
 
 
-@pytest.mark.xfail(strict=True, reason="plan.py accepts any hpcbridge.io/sbatch.<name>; an unknown option is only "
-                   "refused by sbatch at submit time")
 def test_unknown_pass_through_option_is_refused_before_submit() -> None:
     job = trainjob(trainer={"command": ["x"]})
     job.metadata.annotations = {"hpcbridge.io/sbatch.bogus": "1"}

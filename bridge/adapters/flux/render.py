@@ -18,14 +18,16 @@ from bridge.plan import (
     MPI_LAUNCHERS,
     Launcher,
     LaunchPlan,
+    check_identity,
     check_shell_env,
     job_environment,
     step_guard_env,
 )
-from bridge.shell import join, quote
+from bridge.shell import comment, join, quote
 
 
 def batch_script(plan: LaunchPlan) -> str:
+    check_identity(plan)
     # Inside a Flux instance MPI ranks are started by flux-shell (PMI), not mpirun over ssh.
     per_node = plan.launcher in (Launcher.TORCHRUN, Launcher.PLAIN)
     script = plan.launcher == Launcher.SCRIPT
@@ -41,8 +43,8 @@ def batch_script(plan: LaunchPlan) -> str:
     launch = join([*plan.launch_command, *spec.to_args()])
     lines = [
         "#!/bin/bash",
-        f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
-        f"on cluster {plan.cluster}. Generated; re-render instead of editing.",
+        comment(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
+                f"on cluster {plan.cluster}. Generated; re-render instead of editing."),
         "set -eu",
         ACCOUNT_ENV_LINE,
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
@@ -57,6 +59,7 @@ BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]:
+    check_identity(plan)
     check_shell_env(plan)
     system: dict[str, Any] = {
         # RFC 25 requires duration; 0 means unlimited (bounded by the instance)

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from bridge.api.loader import dump_yaml
+from bridge.api.names import check_labels
 from bridge.errors import InvalidSpec
 from bridge.mpi.hostfile import Peer, hostfile_for
 from bridge.plan import (
@@ -20,6 +21,7 @@ from bridge.plan import (
     TRAINER_CONTAINER,
     Launcher,
     LaunchPlan,
+    check_identity,
     job_environment,
     step_guard_env,
 )
@@ -86,6 +88,7 @@ def hostnames(plan: LaunchPlan, job_name: str, count: int, subdomain: str) -> li
 
 def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     """The JobSet, and for MPI the peers its hostfile lists."""
+    check_identity(plan)
     peers: list[Peer] = []
     spec = copy.deepcopy(dict(plan.jobset_template))
     jobs: list[dict[str, Any]] = spec.setdefault("replicatedJobs", [])
@@ -118,6 +121,10 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
 
     subdomain = (spec.get("network") or {}).get("subdomain") or plan.name
+    if not isinstance(subdomain, str) or len(subdomain) > 253 or not _DNS_SUBDOMAIN.fullmatch(subdomain):
+        # it is written into every hostname of the MPI hostfile: one line per host, nothing else
+        raise InvalidSpec(f"runtime {plan.runtime_name}: spec.template.spec.network.subdomain", subdomain,
+                          "must be an RFC 1123 subdomain: lowercase letters, digits, '-' and '.'")
     node_job = next((job for job in jobs if job.get("name") == "node"), trainer)
     if plan.launcher in MPI_LAUNCHERS:
         peers = _mpi(plan, jobs, trainer, node_job, container, subdomain, user_env, resources)
@@ -141,8 +148,23 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     labels = {**dict(plan.labels), **_labels(plan)}
     if plan.options.account:
         labels[ACCOUNT_LABEL] = plan.options.account
+    _check_labels("metadata.labels", labels)
+    for job in jobs:
+        pod_labels = job["template"]["spec"]["template"]["metadata"]["labels"]
+        _check_labels(f"runtime {plan.runtime_name}: replicatedJobs[{job.get('name')}] pod labels", pod_labels)
     metadata: dict[str, Any] = {"name": plan.name, "namespace": plan.namespace, "labels": labels}
     return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
+
+
+def _check_labels(where: str, labels: dict[str, Any]) -> None:
+    """Every label the JobSet carries is one the API server admits; refused here, before anything is sent."""
+    for key, value in labels.items():
+        try:
+            if not isinstance(value, str):
+                raise ValueError("label values are strings")
+            check_labels({key: value})
+        except ValueError as exc:
+            raise InvalidSpec(f"{where}[{key}]", value, str(exc)) from None
 
 
 def _placement(plan: LaunchPlan) -> dict[str, Any]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 
 from bridge import __version__
+from bridge.api.names import has_control
 from bridge.convert.sbatch import passthrough_value, slurm_time
+from bridge.errors import InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec
 from bridge.plan import (
     ACCOUNT_ENV_LINE,
@@ -17,19 +19,33 @@ from bridge.plan import (
     ONCE_PER_JOB,
     Launcher,
     LaunchPlan,
+    check_identity,
     check_shell_env,
     job_environment,
 )
-from bridge.shell import join, quote
+from bridge.shell import comment, join, quote
 
 DEFAULT_OUTPUT = "hpcbridge-%x-%j.out"
 #: prefix of the comment every job carries; the uid after it makes submit idempotent
 COMMENT_PREFIX = "hpcbridge.io/uid="
 
 
-def directive_value(value: str) -> str:
-    # plan.py guarantees no quotes, backslashes or control characters; sbatch splits on blanks and '#'
-    return f'"{value}"' if re.search(r"[\s#]", value) else value
+_OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def directive_value(value: str, option: str = "") -> str:
+    """*value* as one argument of a ``#SBATCH`` line that sbatch's ``get_argument`` reads back exactly.
+
+    plan.py already refuses quotes, backslashes and control characters in these values; this is the second
+    line of defence: a control character (which would end or split the line) is refused here too, and any
+    character sbatch's parser treats specially (blank, ``#``, quotes, backslash) is quoted and escaped.
+    """
+    if has_control(value):
+        raise InvalidSpec(f"#SBATCH --{option}" if option else "#SBATCH", value,
+                          "a #SBATCH value must be one line without control characters")
+    if not re.search(r"[\s#\"'\\]", value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def tasks_per_node(plan: LaunchPlan) -> int:
@@ -99,13 +115,16 @@ def launch_spec(plan: LaunchPlan) -> LaunchSpec:
 
 
 def render_script(plan: LaunchPlan) -> str:
+    check_identity(plan)
     check_shell_env(plan)
     lines = ["#!/bin/bash"]
     for name, value in directives(plan):
-        lines.append(f"#SBATCH --{name}" if value is None else f"#SBATCH --{name}={directive_value(value)}")
+        if not _OPTION_NAME.fullmatch(name):
+            raise InvalidSpec("#SBATCH", name, "not an sbatch long option name")
+        lines.append(f"#SBATCH --{name}" if value is None else f"#SBATCH --{name}={directive_value(value, name)}")
     lines.append("")
-    lines.append(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
-                 f"on cluster {plan.cluster}. Generated; re-render instead of editing.")
+    lines.append(comment(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime "
+                         f"{plan.runtime_name}) on cluster {plan.cluster}. Generated; re-render instead of editing."))
     lines.append("set -eu")
     lines.append(ACCOUNT_ENV_LINE)
     for entry in plan.env:

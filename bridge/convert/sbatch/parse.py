@@ -37,7 +37,7 @@ from bridge.convert.sbatch.values import (
     time_seconds,
 )
 from bridge.errors import InvalidSpec
-from bridge.plan import _ARRAY_SPEC, _SHELL_ENV_NAME
+from bridge.plan import _SHELL_ENV_NAME, array_problem
 
 _FLAGS_WHERE = "command line"
 
@@ -241,6 +241,12 @@ def _check_script(text: str, source: str) -> None:
     if "\r\n" in text:
         line = text[: text.index("\r\n")].count("\n") + 1
         raise InvalidSpec(f"line {line}", "\\r\\n", "DOS line break; sbatch wants UNIX line breaks", source=source)
+    if "\r" in text:
+        # sbatch reads a lone CR in a #SBATCH line as a blank, bash as part of a word, an editor or a terminal
+        # as a line break: three readings of one script, so none is chosen
+        line = text[: text.index("\r")].count("\n") + 1
+        raise InvalidSpec(f"line {line}", "\\r", "a carriage return without a line feed: sbatch, bash and an editor "
+                          "would each read this line differently", source=source)
 
 
 def split_script(text: str, source: str = "<script>") -> tuple[list[tuple[int, str]], str, list[str]]:
@@ -443,6 +449,12 @@ def _check_begin(value: str) -> None:
                    "YYYY-MM-DD[THH:MM[:SS]], midnight, noon, teatime, today, tomorrow…")
 
 
+def _check_array(value: str) -> None:
+    problem = array_problem(value)
+    if problem:
+        raise BadValue(problem)
+
+
 def _check_gpus(value: str) -> None:
     gpu_counts(value)
 
@@ -457,7 +469,7 @@ _CHECKS: dict[str, Any] = {
     "cpus-per-task": positive_int, "mem": size_mb, "mem-per-cpu": size_mb, "mem-per-gpu": size_mb,
     "tmp": size_mb, "gpus": _check_gpus, "gpus-per-node": _check_gpus, "gpus-per-task": _check_gpus,
     "gpus-per-socket": _check_gpus, "gres": _check_gres, "time": time_seconds, "time-min": time_seconds,
-    "delay-boot": time_seconds, "array": _pattern(_ARRAY_SPEC, "a job array spec like 0-15, 1,3,5-7:2 or 0-99%10"),
+    "delay-boot": time_seconds, "array": _check_array,
     "dependency": _pattern(_DEPENDENCY, "a dependency like afterok:123[:456], afterany:12+30 or singleton"),
     "export": _check_export, "signal": _pattern(_SIGNAL, "a signal spec like [{R|B}:]USR1[@60]"),
     "mail-type": _check_mail_type, "open-mode": _one_of("append", "truncate"), "nice": _check_nice,
@@ -511,6 +523,22 @@ def directive_arg(option: str, value: str | None, where: str) -> str:
         return f"--{option}={value}"
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'--{option}="{escaped}"'
+
+
+def check_passthrough(option: str, value: str, where: str) -> None:
+    """Refuse what an ``hpcbridge.io/sbatch.<option>: value`` annotation may not say: an option sbatch does not
+    have (by its full name: ``getopt_long`` would read an abbreviation such as ``ui`` as ``--uid``), one that
+    changes what sbatch itself does (``--wrap``, ``--test-only``…), a value on a flag, or a value sbatch would
+    refuse. Privileged options (``--uid``…) are the planner's to refuse, against the target cluster."""
+    known = OPTIONS.get(option)
+    if known is None:
+        raise InvalidSpec(where, option, "not an sbatch option (give its full long name, e.g. sbatch.requeue)")
+    if option in _REFUSED:
+        raise InvalidSpec(where, option, _REFUSED[option])
+    if known.has_arg == 0 and value != "true":
+        raise InvalidSpec(where, value, f"--{option} takes no value; write \"true\" to pass the flag")
+    written = passthrough_value(option, value)
+    _validate(Directive(option, written, where), None)
 
 
 def passthrough_value(option: str, value: str) -> str | None:
