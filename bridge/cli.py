@@ -357,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: one line for the user, the traceback on request
+        if os.environ.get("HPCBRIDGE_DEBUG"):
+            raise
+        text = " ".join(str(exc).split())[:200]
+        print(f"hpcbridge: internal error: {type(exc).__name__}: {text} (a bug; HPCBRIDGE_DEBUG=1 shows where)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
