@@ -6,7 +6,7 @@ unknown keys are still rejected (a typo is an error) without re-modelling the wh
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -178,6 +178,16 @@ def check_image(image: str | None) -> str | None:
     return image
 
 
+class ContainerPort(WireModel):
+    """core/v1 ContainerPort, bounded as the API server bounds it (a port is a 16-bit number)."""
+
+    container_port: int = Field(ge=1, le=65535)
+    host_port: int | None = Field(default=None, ge=0, le=65535)
+    host_ip: str | None = Field(default=None, max_length=45)
+    name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=15)
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = None
+
+
 class Container(WireModel):
     name: str = Field(min_length=1)
     image: str | None = Field(default=None, max_length=4096)
@@ -187,7 +197,7 @@ class Container(WireModel):
     env_from: list[dict[str, Any]] | None = None
     resources: ResourceRequirements | None = None
     working_dir: str | None = None
-    ports: list[dict[str, Any]] | None = None
+    ports: list[ContainerPort] | None = None
     volume_mounts: list[dict[str, Any]] | None = None
     volume_devices: list[dict[str, Any]] | None = None
     security_context: dict[str, Any] | None = None
@@ -222,7 +232,7 @@ class PodSpec(WireModel):
     ephemeral_containers: list[dict[str, Any]] | None = None
     volumes: list[dict[str, Any]] | None = None
     restart_policy: str | None = None
-    termination_grace_period_seconds: int | None = None
+    termination_grace_period_seconds: int | None = Field(default=None, ge=0, le=2**63 - 1)
     active_deadline_seconds: int | None = None
     dns_policy: str | None = None
     dns_config: dict[str, Any] | None = None
@@ -247,7 +257,7 @@ class PodSpec(WireModel):
     tolerations: list[dict[str, Any]] | None = None
     host_aliases: list[dict[str, Any]] | None = None
     priority_class_name: str | None = None
-    priority: int | None = None
+    priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     preemption_policy: str | None = None
     readiness_gates: list[dict[str, Any]] | None = None
     runtime_class_name: str | None = None
@@ -299,14 +309,14 @@ class JobSpec(WireModel):
     parallelism: int | None = Field(default=None, ge=0, le=2**31 - 1)
     completions: int | None = Field(default=None, ge=0, le=2**31 - 1)
     active_deadline_seconds: int | None = Field(default=None, ge=1, le=2**63 - 1)
-    backoff_limit: int | None = Field(default=None, ge=0)
-    backoff_limit_per_index: int | None = None
-    max_failed_indexes: int | None = None
+    backoff_limit: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    backoff_limit_per_index: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    max_failed_indexes: int | None = Field(default=None, ge=0, le=2**31 - 1)
     completion_mode: str | None = None
     manual_selector: bool | None = None
     selector: dict[str, Any] | None = None
     suspend: bool | None = None
-    ttl_seconds_after_finished: int | None = None
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=2**31 - 1)
     pod_failure_policy: dict[str, Any] | None = None
     pod_replacement_policy: str | None = None
     success_policy: dict[str, Any] | None = None
@@ -348,7 +358,7 @@ class JobSetSpec(WireModel):
     coordinator: dict[str, Any] | None = None
     suspend: bool | None = None
     managed_by: str | None = None
-    ttl_seconds_after_finished: int | None = None
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=2**31 - 1)
     volume_claim_policies: list[dict[str, Any]] | None = None
 
 

@@ -529,3 +529,13 @@ def test_quote_keeps_every_value_on_one_line_and_exact(values: list[str]) -> Non
     line = join(values)
     assert line.isprintable(), line
     assert _bash_words(line) == [v.encode() for v in values]
+
+
+@pytest.mark.parametrize("port", [{"containerPort": 2**40}, {"containerPort": 0}, {"containerPort": 80, "hostPort": 70000},
+                                  {"containerPort": 80, "protocol": "HTTP"}])
+def test_container_ports_are_bounded_as_the_api_server_bounds_them(port: dict) -> None:
+    """Fuzz finding: a runtime patch's containerPort of 2**40 rendered a JobSet the API server refused."""
+    patch = {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+        "containers": [{"name": "node", "ports": [port]}]}}}}}]}}}
+    doc = trainjob_doc(spec={"runtimePatches": [{"manager": "example.com/x", "trainingRuntimeSpec": patch}]})
+    refused(render, doc, "kubernetes", field="runtimePatches")
