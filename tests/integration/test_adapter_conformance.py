@@ -218,7 +218,9 @@ def test_options_the_backend_lacks_are_refused_before_anything_is_sent(engine: E
 def test_batch_script_whose_srun_step_cannot_run_fails(engine: Engine, tmp_path) -> None:
     """An unchanged batch script: on Slurm its srun step runs; elsewhere the step cannot run, and the job
     must fail instead of reading Succeeded because a later line did."""
-    script = f"#!/bin/bash\n#SBATCH --job-name=conform-steps\n#SBATCH --chdir={tmp_path}\nsrun true\necho after-step\n"
+    # a name of its own: the uid of a converted script comes from its name, and engines may share an instance
+    name = f"conform-steps-{uuid.uuid4().hex[:8]}"
+    script = f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --chdir={tmp_path}\nsrun true\necho after-step\n"
     source = service.read_input("-", stdin=script)
     configured = {engine.cluster.name: engine.cluster}
     if engine.kwok:  # pods need an image, and a batch script names none: refused before anything is sent
