@@ -299,7 +299,9 @@ class LocalAdapter(Adapter):
 
     def list_jobs(self) -> list[JobStatus]:
         root = state_dir()
-        refs = [self.ref(path.parent.name) for path in sorted(root.glob("*/job.json"))] if root.is_dir() else []
+        # the name comes back from each job.json as its status is read: one read per job
+        refs = [JobRef(self.cluster.name, "local", path.parent.name, path.parent.name, "")
+                for path in sorted(root.glob("*/job.json"))] if root.is_dir() else []
         return list(self.poll(refs).values())
 
     def ref(self, job_id: str, identity: Identity | None = None) -> JobRef:
