@@ -37,7 +37,7 @@ STATE_MAP: dict[str, tuple[JobState, str | None]] = {
 }
 
 #: squeue --Format fields; the free-text comment goes last so a '|' inside it cannot shift the others
-SQUEUE_FIELDS = ("JobID", "State", "Reason", "exit_code", "NodeList", "Name", "Comment")
+SQUEUE_FIELDS = ("JobID", "HetJobID", "State", "Reason", "exit_code", "NodeList", "Name", "Comment")
 SQUEUE_FORMAT = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
 SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "NodeList", "JobName", "Reason")
 
@@ -89,12 +89,42 @@ def parse_squeue(text: str) -> list[SlurmRecord]:
         parts = line.split("|", len(SQUEUE_FIELDS) - 1)
         if len(parts) != len(SQUEUE_FIELDS):
             raise BackendUnavailable("slurm", f"unexpected squeue output on line {line_no}: {line[:120]!r}")
-        job_id, slurm_state, reason, raw_exit, nodes, name, comment = parts
+        job_id, het_id, slurm_state, reason, raw_exit, nodes, name, comment = parts
         state, mapped_reason = map_state(slurm_state)
         exit_code = decode_wait_status(int(raw_exit)) if raw_exit.strip().isdigit() and state.finished else None
-        records.append(SlurmRecord(job_id.strip(), state, slurm_state.strip(), _reason(reason, mapped_reason),
+        # a heterogeneous job's components are separate jobs to squeue; hpc-bridge knows them by the leader's id
+        leader = het_id.strip() if het_id.strip().isdigit() else job_id.strip()
+        records.append(SlurmRecord(leader, state, slurm_state.strip(), _reason(reason, mapped_reason),
                                    exit_code, nodes.strip(), name.strip(), comment.removesuffix("|").strip()))
-    return records
+    return combine_components(records)
+
+
+#: a heterogeneous job is as far along as its least advanced component, and ends as its worst one
+_UNFINISHED_ORDER = (JobState.PENDING, JobState.SUSPENDED, JobState.RUNNING, JobState.COMPLETING)
+_FINISHED_ORDER = (JobState.UNKNOWN, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED, JobState.SUCCEEDED)
+
+
+def combine_components(records: list[SlurmRecord]) -> list[SlurmRecord]:
+    """One record per job id: a heterogeneous job's components folded into one, in squeue's order."""
+    groups: dict[str, list[SlurmRecord]] = {}
+    for record in records:
+        groups.setdefault(record.job_id, []).append(record)
+    combined = []
+    for parts in groups.values():
+        if len(parts) == 1:
+            combined.append(parts[0])
+            continue
+        unfinished = [p for p in parts if not p.state.finished]
+        order = _UNFINISHED_ORDER if unfinished else _FINISHED_ORDER
+        pool = unfinished or parts
+        chosen = min(pool, key=lambda p: order.index(p.state) if p.state in order else len(order))
+        codes = [p.exit_code for p in parts if p.exit_code is not None]
+        nodes = ",".join(dict.fromkeys(p.nodes for p in parts if p.nodes and p.nodes not in ("(null)", "None assigned")))
+        lead = parts[0]
+        combined.append(SlurmRecord(lead.job_id, chosen.state, chosen.slurm_state, chosen.reason,
+                                    max(codes) if codes and not unfinished else None, nodes or lead.nodes,
+                                    lead.name, lead.comment))
+    return combined
 
 
 def parse_sacct(text: str) -> list[SlurmRecord]:

@@ -10,7 +10,7 @@ Reading follows Slurm 22.05's sbatch exactly where it matters for what a script 
   group (a quote closes only its own kind); a backslash makes the next character literal, but an escaped blank
   still ends the argument; an unquoted ``#`` ends the line; an argument may not start with ``:``; an
   unmatched quote is an error; an argument that comes out empty (``""``) or a bare ``hetjob``/``packjob`` word
-  ends the line (a directive line starting with one separates heterogeneous components: refused here);
+  ends the line (a directive line starting with one separates heterogeneous components, each read alone);
 * all arguments of all directive lines form one argv parsed by ``getopt_long`` with sbatch's option table
   (``slurm_opt.c``, ``+`` mode): long options by unique prefix, ``--opt=value`` or ``--opt value``, short
   options bundled (``-HkO``) or with attached values (``-N2``); an option's value may be the next argument even
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from bridge.convert.sbatch.values import (
     BadValue,
@@ -125,6 +125,10 @@ class SbatchRequest:
     body: str | None = None
     #: things worth telling the user that are not errors (e.g. deprecated ``#SLURM`` directives)
     notes: tuple[str, ...] = ()
+    #: a heterogeneous job's later components (``#SBATCH hetjob`` separates them); this request is the first
+    components: tuple[SbatchRequest, ...] = ()
+    #: the line of the first ``hetjob`` separator, for messages
+    hetjob_line: int | None = None
 
     def get(self, option: str) -> str | None:
         directive = self.options.get(option)
@@ -154,7 +158,10 @@ def merge(script_req: SbatchRequest, flag_req: SbatchRequest) -> SbatchRequest:
     for directive in flag_req.options.values():
         _apply(options, directive)
     body = script_req.body if script_req.body is not None else flag_req.body
-    return SbatchRequest(options, script_req.source, body, script_req.notes + flag_req.notes)
+    # sbatch applies command-line options to every component of a heterogeneous job
+    components = tuple(merge(component, flag_req) for component in script_req.components)
+    return SbatchRequest(options, script_req.source, body, script_req.notes + flag_req.notes,
+                         components, script_req.hetjob_line)
 
 
 # --- tokenising #SBATCH lines ------------------------------------------------------------------------------
@@ -249,35 +256,50 @@ def _check_script(text: str, source: str) -> None:
                           "would each read this line differently", source=source)
 
 
-def split_script(text: str, source: str = "<script>") -> tuple[list[tuple[int, str]], str, list[str]]:
-    """The directive lines (line number, text after the magic word), the body, and notes.
+class ScriptParts(NamedTuple):
+    #: (line number, text after the magic word, component)
+    directives: list[tuple[int, str, int]]
+    body: str
+    notes: list[str]
+    #: line numbers of ``#SBATCH hetjob`` separators
+    separators: list[int]
 
-    The body is the script with its directive lines removed: the shebang, comments, blank lines and every
-    line from the first command on stay byte for byte.
+
+def split_script(text: str, source: str = "<script>") -> ScriptParts:
+    """The directive lines (line number, text after the magic word, component), the body, notes, separators.
+
+    The component counts ``#SBATCH hetjob`` separators (0 for an ordinary job). The body is the script with
+    its directive lines removed: the shebang, comments, blank lines and every line from the first command on
+    stay byte for byte.
     """
     _check_script(text, source)
     lines = text.split("\n")
-    directives: list[tuple[int, str]] = []
+    directives: list[tuple[int, str, int]] = []
     kept: list[str] = []
     notes: list[str] = []
+    separators: list[int] = []
     reading = True
+    component = 0
     for number, line in enumerate(lines, start=1):
         if reading:
             magic = "#SBATCH" if line.startswith("#SBATCH") else "#SLURM" if line.startswith("#SLURM") else None
             if magic:
                 rest = line[len(magic):]
                 if _hetjob_separator(rest):
-                    raise InvalidSpec(f"#SBATCH line {number}", line,
-                                      "heterogeneous jobs (hetjob components) cannot become one TrainJob",
-                                      source=source)
+                    # sbatch 22.05: the line's first word separates components; the rest of the line is ignored
+                    component += 1
+                    separators.append(number)
+                    if rest.lstrip(" \t\n\v\f\r")[:7].lower() == "packjob":
+                        notes.append(f"line {number}: the packjob separator is deprecated; sbatch reads it as hetjob")
+                    continue
                 if magic == "#SLURM" and not any("#SLURM" in note for note in notes):
                     notes.append(f"line {number}: #SLURM directives are deprecated; sbatch reads them like #SBATCH")
-                directives.append((number, rest))
+                directives.append((number, rest, component))
                 continue
             if _is_command(line):
                 reading = False
         kept.append(line)
-    return directives, "\n".join(kept), notes
+    return ScriptParts(directives, "\n".join(kept), notes, separators)
 
 
 # --- getopt_long -------------------------------------------------------------------------------------------
@@ -363,13 +385,25 @@ def _request(found: Iterable[Directive], source: str, body: str | None, notes: I
 
 
 def parse_script(text: str, source: str = "<script>") -> SbatchRequest:
-    """Read a batch script's ``#SBATCH`` block as sbatch does; the request carries the body too."""
-    lines, body, notes = split_script(text, source)
-    args: list[tuple[str, str]] = []
-    for number, rest in lines:
-        where = f"#SBATCH line {number}"
-        args.extend((arg, where) for arg in tokenize_directive(rest, where=where, source=source))
-    return _request(_getopt(args, source), source, body, notes)
+    """Read a batch script's ``#SBATCH`` block as sbatch does; the request carries the body too.
+
+    A heterogeneous job's components are read each on its own, as sbatch does, and are all checked.
+    """
+    lines, body, notes, separators = split_script(text, source)
+    requests = []
+    for index in range(1 + len(separators)):
+        args: list[tuple[str, str]] = []
+        for number, rest, component in lines:
+            if component != index:
+                continue
+            where = f"#SBATCH line {number}"
+            args.extend((arg, where) for arg in tokenize_directive(rest, where=where, source=source))
+        requests.append(_request(_getopt(args, source), source, body if index == 0 else None,
+                                 notes if index == 0 else ()))
+    first = requests[0]
+    if len(requests) == 1:
+        return first
+    return SbatchRequest(first.options, source, body, first.notes, tuple(requests[1:]), separators[0])
 
 
 def parse_flags(argv: Sequence[str], source: str | None = None) -> SbatchRequest:

@@ -1,0 +1,52 @@
+"""Parsing what squeue prints, and reading hpc-bridge's identity back from a job's comment."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.adapters.base import JobState
+from bridge.adapters.slurm.render import comment_uid, identity_comment
+from bridge.adapters.slurm.state import SQUEUE_FIELDS, parse_squeue
+
+UID = "0f8fad5b-d9cb-469f-a165-70867728950e"
+
+
+def line(job: str, het: str, state: str, exit_code: str = "0", nodes: str = "node1", name: str = "j",
+         comment: str = f"hpcbridge.io/uid={UID}") -> str:
+    values = {"JobID": job, "HetJobID": het, "State": state, "Reason": "None", "exit_code": exit_code,
+              "NodeList": nodes, "Name": name, "Comment": comment}
+    return "|".join(values[field] for field in SQUEUE_FIELDS) + "|"
+
+
+def test_plain_jobs_are_one_record_each() -> None:
+    records = parse_squeue("\n".join([line("7", "N/A", "RUNNING"), line("8", "N/A", "PENDING")]))
+    assert [(r.job_id, r.state) for r in records] == [("7", JobState.RUNNING), ("8", JobState.PENDING)]
+
+
+@pytest.mark.parametrize(("states", "exits", "expected", "code"), [
+    (("RUNNING", "RUNNING"), ("0", "0"), JobState.RUNNING, None),
+    (("RUNNING", "PENDING"), ("0", "0"), JobState.PENDING, None),      # as far as the least advanced
+    (("COMPLETED", "RUNNING"), ("0", "0"), JobState.RUNNING, None),    # not over while one runs
+    (("COMPLETED", "COMPLETED"), ("0", "0"), JobState.SUCCEEDED, 0),
+    (("COMPLETED", "FAILED"), ("0", "768"), JobState.FAILED, 3),       # ends as the worst
+    (("CANCELLED", "COMPLETED"), ("0", "0"), JobState.CANCELLED, 0),
+    (("TIMEOUT", "FAILED"), ("0", "256"), JobState.FAILED, 1),
+])
+def test_heterogeneous_components_fold_into_the_leader(states, exits, expected, code) -> None:
+    text = "\n".join([line("12", "12", states[0], exits[0], "node1"), line("13", "12", states[1], exits[1], "node2"),
+                      line("14", "N/A", "PENDING")])
+    records = parse_squeue(text)
+    assert [r.job_id for r in records] == ["12", "14"]
+    het = records[0]
+    assert (het.state, het.exit_code) == (expected, code)
+    assert het.nodes == "node1,node2" and comment_uid(het.comment) == UID
+
+
+def test_identity_is_appended_to_the_users_comment_and_read_from_the_end() -> None:
+    assert identity_comment(UID, None) == f"hpcbridge.io/uid={UID}"
+    assert identity_comment(UID, "nightly run #4") == f"nightly run #4 hpcbridge.io/uid={UID}"
+    assert comment_uid(identity_comment(UID, "nightly run #4")) == UID
+    # a user's comment that mentions another uid does not hide (or fake) the one hpc-bridge appended
+    assert comment_uid(identity_comment(UID, "copy of hpcbridge.io/uid=other")) == UID
+    assert comment_uid("hpcbridge.io/uid=other is what I wrote") is None
+    assert comment_uid("(null)") is None and comment_uid("") is None
