@@ -38,6 +38,7 @@ def _print_artifact(artifact, output: str) -> None:
         sys.stdout.write(artifact.text())
         return
     document = {"backend": artifact.backend, "kind": artifact.kind,
+                **({"command": list(artifact.command)} if artifact.command else {}),
                 "files": [{"name": f.name, "mediaType": f.media_type, "content": f.content} for f in artifact.files]}
     _print_document(document, output)
 
@@ -83,16 +84,18 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from bridge import service
 
     source = service.read_input(args.file, args.sbatch_flags)
-    _report(source.notes)
-    trainjob = source.single_trainjob()
     if args.to == "trainjob":
         from bridge.api.loader import to_yaml
 
+        trainjob = source.trainjob_form()
+        _report(source.notes)
         sys.stdout.write(to_yaml([trainjob]))
         return 0
     # one writer per format: converting is rendering for that backend type
     backend = {"jobspec": "flux", "jobset": "kubernetes", "sbatch": "slurm"}[args.to]
-    sys.stdout.write(service.prepare(source, to=backend, runtimes=args.runtimes).artifact.text())
+    prepared = service.prepare(source, to=backend, runtimes=args.runtimes)
+    _report(prepared.notes)
+    sys.stdout.write(prepared.artifact.text())
     return 0
 
 

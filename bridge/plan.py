@@ -140,6 +140,35 @@ class BackendOptions:
     error: str | None = None
     #: extra sbatch options carried verbatim (``hpcbridge.io/sbatch.<option>``), sorted by option
     sbatch_extra: tuple[tuple[str, str], ...] = ()
+    #: spellings a converted batch script keeps on Slurm; other backends have the meaning in fields already:
+    #: the job name as sbatch had it (``hpcbridge.io/slurm-job-name``), and the GPU option
+    #: (``hpcbridge.io/slurm-gpus``, e.g. ``gres=gpu:a100:2``)
+    slurm_job_name: str | None = None
+    slurm_gpus: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    """A batch script as the user gave it, for a backend that runs batch scripts as they are (Slurm).
+
+    Such a backend sends ``text`` unchanged with the user's sbatch ``flags`` and adds only hpc-bridge's
+    identity; every other backend runs what the script means (the TrainJob converted from it), or refuses
+    it when ``only_verbatim`` says why it has no TrainJob form (a heterogeneous job).
+    """
+
+    text: str
+    #: the file it was read from (None for stdin): sbatch names a job after it and records it as Command
+    path: str | None
+    #: the sbatch flags given after the file, verbatim, in order
+    flags: tuple[str, ...] = ()
+    #: the job name ``-J`` gives it; None: sbatch names it after its file (``sbatch`` from stdin)
+    job_name: str | None = None
+    #: the user's ``--comment`` (script or flags), which hpc-bridge's identity is appended to
+    comment: str | None = None
+    #: why the script runs only as itself, e.g. "a heterogeneous job (#SBATCH hetjob, line 3)"
+    only_verbatim: str | None = None
+    #: what sbatch itself would warn about (deprecated spellings); conversion notes do not apply to it
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,8 @@ class LaunchPlan:
     runtime_name: str = ""
     runtime_kind: str = "ClusterTrainingRuntime"
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: the batch script this plan was converted from, when the input was one
+    batch_script: BatchScript | None = None
 
     @property
     def total_procs(self) -> int:
@@ -547,7 +578,10 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
 # --- annotations → backend options ---------------------------------------------------------------------
 
 _KNOBS = ("partition", "account", "qos", "constraint", "exclusive", "array", "dependency", "output", "error",
-          "workdir", "cluster", "migrate-to")
+          "workdir", "cluster", "migrate-to", "slurm-job-name", "slurm-gpus")
+#: how a converted batch script spelled its GPU request (``gres=gpu:2``): Slurm re-emits it, since
+#: Slurm's job environment differs by spelling (SLURM_GPUS_PER_NODE); other backends read the count
+SLURM_GPU_OPTIONS = ("gres", "gpus", "gpus-per-node")
 
 
 def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str) -> BackendOptions:
@@ -587,8 +621,16 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
         elif knob == "dependency":
             if not _DEPENDENCY.fullmatch(value):
                 raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
-        elif knob in ("output", "error", "workdir"):
+        elif knob in ("output", "error", "workdir", "slurm-job-name"):
             _check_directive_value(where, value)
+        elif knob == "slurm-gpus":
+            from bridge.convert.sbatch.parse import check_passthrough
+
+            option, eq, spelled = value.partition("=")
+            if option not in SLURM_GPU_OPTIONS or not eq or not spelled:
+                raise InvalidSpec(where, value, "must be gres=…, gpus=… or gpus-per-node=…, as sbatch takes it")
+            _check_directive_value(where, spelled)
+            check_passthrough(option, spelled, where)
         values[knob.replace("-", "_")] = value
     defaults = cluster.spec.defaults
     account = values.get("account") or (cluster.spec.account_mapping or {}).get(namespace) or defaults.account
@@ -603,6 +645,8 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
         output=values.get("output"),
         error=values.get("error"),
         sbatch_extra=tuple(extra),
+        slurm_job_name=values.get("slurm_job_name"),
+        slurm_gpus=values.get("slurm_gpus"),
     )
 
 

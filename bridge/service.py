@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from bridge.api.cluster import BridgeCluster
     from bridge.api.loader import Resource
     from bridge.api.trainjob import TrainJob
-    from bridge.plan import LaunchPlan
+    from bridge.plan import BatchScript, LaunchPlan
 
 T = TypeVar("T")
 
@@ -77,12 +78,23 @@ class Input:
     #: the file's path, for paths relative to it; None for stdin
     path: str | None
     notes: tuple[str, ...] = ()
+    #: the batch script itself, when the input was one: Slurm runs it as it is (``BatchScript``)
+    script: BatchScript | None = None
 
     @property
     def trainjobs(self) -> list[TrainJob]:
         from bridge.api.trainjob import TrainJob
 
         return [obj for obj in self.objects if isinstance(obj, TrainJob)]
+
+    def trainjob_form(self) -> TrainJob:
+        """The one TrainJob this input is, for ``convert --to trainjob``: a script with no TrainJob form (a
+        heterogeneous job) is refused rather than cut down to its first component."""
+        if self.script is not None and self.script.only_verbatim:
+            raise InvalidSpec("script", self.source, f"{self.script.only_verbatim} has no TrainJob form; it runs "
+                              "only on a Slurm cluster, as the script it is (hpcbridge submit FILE --cluster "
+                              "<slurm cluster>)")
+        return self.single_trainjob()
 
     def single_trainjob(self) -> TrainJob:
         found = self.trainjobs
@@ -110,19 +122,13 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
         text, source, path = read_text(file), file, file
     notes: list[str] = []
     if text.startswith("#!"):
-        from bridge.convert.sbatch import merge, parse_flags, parse_script, to_trainjob
-
-        request = parse_script(text, source)
-        if sbatch_flags:
-            request = merge(request, parse_flags(sbatch_flags, source="command line"))
-        trainjob, report = to_trainjob(request)
-        return Input((trainjob,), source, path, tuple(report))
+        return _read_script(text, source, path, sbatch_flags)
     objects = load_documents(text, source)
     if sbatch_flags:
         from bridge.api.trainjob import TrainJob
         from bridge.convert.sbatch import apply_flags, parse_flags
 
-        flags = parse_flags(sbatch_flags, source="command line")
+        flags = parse_flags(sbatch_flags)
         converted = []
         for obj in objects:
             if isinstance(obj, TrainJob):
@@ -131,6 +137,32 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
             converted.append(obj)
         objects = converted
     return Input(tuple(objects), source, path, tuple(notes))
+
+
+def _read_script(text: str, source: str, path: str | None, sbatch_flags: Sequence[str]) -> Input:
+    """A batch script: the TrainJob it means, for every backend, and the script itself, for Slurm."""
+    from bridge.convert.sbatch import merge, parse_flags, parse_script, to_trainjob
+    from bridge.plan import BatchScript
+
+    request = parse_script(text, source)
+    if sbatch_flags:
+        request = merge(request, parse_flags(sbatch_flags))
+    only_verbatim = None
+    if request.components:
+        # its first component stands for it (name, identity); only Slurm can run the whole of it
+        only_verbatim = (f"a heterogeneous job ({1 + len(request.components)} components, #SBATCH hetjob on line "
+                         f"{request.hetjob_line})")
+        for component in request.components:
+            to_trainjob(component, script_body=request.body, uncarried=[])  # checked as the first one is
+        request = replace(request, components=())
+    uncarried: list[InvalidSpec] = []
+    trainjob, report = to_trainjob(request, uncarried=uncarried)
+    if uncarried and only_verbatim is None:
+        only_verbatim = (f"a script with {uncarried[0].field} {uncarried[0].value!r} (a value no TrainJob annotation "
+                         "can carry)")
+    script = BatchScript(text, os.path.abspath(path) if path else None, tuple(sbatch_flags),
+                         request.get("job-name"), request.get("comment"), only_verbatim, request.notes)
+    return Input((trainjob,), source, path, tuple(report), script)
 
 
 # --- clusters ----------------------------------------------------------------------------------------------
@@ -238,8 +270,22 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
         trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")
     adapter = get_adapter(target)
     plan = resolve(trainjob, runtime, adapter.cluster)
+    notes = source.notes
+    script = source.script
+    if script is not None:
+        if not adapter.capabilities.unique_names:
+            # each submit of a batch script is a new job, as with sbatch (a sweep submits one script many
+            # times); retries within this submit still find the job they sent, by this uid
+            plan = replace(plan, uid=str(uuid.uuid4()))
+        if adapter.capabilities.batch_scripts:
+            # sent as it is: what conversion said about fields does not apply
+            plan, notes = replace(plan, batch_script=script), script.notes
+        elif script.only_verbatim:
+            raise InvalidSpec("script", source.source, f"{script.only_verbatim} runs only on a Slurm cluster that "
+                              f"takes batch scripts (sbatch, here or over ssh); cluster {target.name} is "
+                              f"{target.spec.type}" + (" over slurmrestd" if target.spec.type == "slurm" else ""))
     adapter.check_options(plan)
-    return Prepared(adapter, plan, adapter.render(plan), source.notes)
+    return Prepared(adapter, plan, adapter.render(plan), notes)
 
 
 def _workdir_relative_to_file(trainjob: TrainJob, path: str | None, key: str) -> TrainJob:

@@ -38,12 +38,20 @@ class Artifact:
     kind: str
     plan: LaunchPlan
     files: tuple[ArtifactFile, ...]
+    #: the command line that sends the files, where a backend sends them with one (sbatch and its flags)
+    command: tuple[str, ...] = ()
 
     @property
     def main(self) -> str:
         return self.files[0].content
 
     def text(self) -> str:
+        if self.command:
+            import shlex
+
+            shown = f"# --- command ---\n{shlex.join(self.command)}\n"
+            return shown + "".join(f"# --- {f.name} ---\n{f.content}" + ("" if f.content.endswith("\n") else "\n")
+                                   for f in self.files)
         if len(self.files) == 1:
             return self.main
         return "".join(f"# --- {f.name} ---\n{f.content}" + ("" if f.content.endswith("\n") else "\n") for f in self.files)
@@ -124,6 +132,9 @@ class Capabilities:
     unique_names: bool = False
     #: the job's processes run for real (False where the engine only schedules, e.g. kwok nodes)
     runs_commands: bool = True
+    #: a batch script is sent as it is, with its own directives (``LaunchPlan.batch_script``); backends
+    #: without this run what the script means, and refuse a script that has no TrainJob form
+    batch_scripts: bool = False
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import os
 import re
 import resource
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -353,6 +354,8 @@ class Artifacts:
     scripts: list[tuple[str, str]]
     #: Kubernetes objects
     objects: list[dict[str, Any]]
+    #: (sbatch argv, script) for a batch script sent as it is (Slurm's verbatim path)
+    verbatim: list[tuple[list[str], str]] = field(default_factory=list)
 
 
 def extract(run: Run) -> Artifacts:
@@ -361,13 +364,20 @@ def extract(run: Run) -> Artifacts:
     out = run.stdout.decode("utf-8", "surrogateescape")
     scripts: list[tuple[str, str]] = []
     objects: list[dict[str, Any]] = []
+    verbatim: list[tuple[list[str], str]] = []
     if argv[0] in ("render", "submit"):
         document = json.loads(out)
+        if document.get("command"):
+            verbatim.append((document["command"], document["files"][0]["content"]))
+            return Artifacts(scripts, objects, verbatim)
         for item in document["files"]:
             _classify(document["backend"], item["mediaType"], item["content"], scripts, objects)
     elif argv[0] == "convert":
         to = argv[argv.index("--to") + 1]
-        if to == "sbatch":
+        if to == "sbatch" and out.startswith("# --- command ---\n"):
+            command_line, _, rest = out[len("# --- command ---\n"):].partition("\n")
+            verbatim.append((shlex.split(command_line), rest.split("\n", 1)[1]))
+        elif to == "sbatch":
             _classify("slurm", "text/x-shellscript", out, scripts, objects)
         elif to == "jobspec":
             _classify("flux", "application/json", out, scripts, objects)
@@ -375,7 +385,24 @@ def extract(run: Run) -> Artifacts:
             _classify("kubernetes", "application/yaml", out, scripts, objects)
         else:
             yaml.safe_load_all(out)
-    return Artifacts(scripts, objects)
+    return Artifacts(scripts, objects, verbatim)
+
+
+def check_verbatim(run: Run, command: list[str], script: str) -> list[Finding]:
+    """A batch script sent as it is: the very bytes given, and an sbatch argv (no shell) of the user's flags
+    as given plus hpc-bridge's identity and the file — no value of the script's reaches a command line."""
+    case = run.case
+    problems = []
+    if script.encode("utf-8", "surrogateescape") != case.data:
+        problems.append("the script sent is not the script given")
+    flags = list(case.flags) if run.argv[0] in ("submit", "convert") else []
+    head = ["sbatch", "--parsable", *flags]
+    rest = command[len(head):]
+    if command[:len(head)] != head or not rest or not rest[0].startswith("--comment=") \
+            or re.search(r"(?:^| )hpcbridge\.io/uid=[0-9a-f-]{36}$", rest[0].removeprefix("--comment=")) is None \
+            or any(not (arg.startswith("--job-name=") or os.path.isabs(arg)) for arg in rest[1:]) or len(rest) > 2:
+        problems.append(f"the sbatch command is not the user's flags plus the identity: {command!r}"[:300])
+    return [Finding(INJECTION, case, run.command, problem) for problem in problems]
 
 
 def _classify(backend: str, media_type: str, content: str, scripts: list, objects: list) -> None:
@@ -549,6 +576,8 @@ def judge(run: Run, sandbox: Sandbox, result: CaseResult) -> None:
             findings.append(Finding(OUTPUT, run.case, run.command, f"artifact does not read back: "
                                     f"{type(exc).__name__}: {exc}"[:200]))
         else:
+            for command, script in artifacts.verbatim:
+                findings.extend(check_verbatim(run, command, script))
             for backend, script in artifacts.scripts:
                 verdict = sandbox.run(script, run.case.marker)
                 if verdict:

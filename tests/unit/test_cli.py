@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -132,15 +134,26 @@ def test_convert_script_to_trainjob_and_back(tmp_path: Path) -> None:
 def test_sbatch_flags_override_script_and_yaml(tmp_path: Path) -> None:
     path = tmp_path / "job.sbatch"
     path.write_text(SCRIPT)
+    # for Slurm a batch script is sent as it is, the flags after it given to sbatch as they are
     rendered = hpcbridge("render", str(path), "--to", "slurm")
-    assert "#SBATCH --nodes=2" in rendered.stdout
+    assert rendered.stdout.endswith(f"# --- job.sbatch ---\n{SCRIPT}")
+    command = rendered.stdout.split("\n")[1]
+    assert shlex.split(command)[:2] == ["sbatch", "--parsable"] and command.endswith(f" {path}")
     config = tmp_path / "clusters.yaml"
     config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
                       "spec: {type: slurm}\n")
-    overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "hpc", "-N", "3",
+    overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "hpc", "-N", "3", "--format", "json",
                            env={"HPCBRIDGE_CONFIG": str(config)})
     assert overridden.returncode == 0, overridden.stderr
-    assert "#SBATCH --nodes=3\n" in overridden.stdout
+    sent = json.loads(overridden.stdout)
+    assert sent["command"][:4] == ["sbatch", "--parsable", "-N", "3"] and sent["command"][-1] == str(path)
+    assert re.fullmatch(r"--comment=hpcbridge\.io/uid=[0-9a-f-]{36}", sent["command"][4])
+    assert sent["files"][0]["content"] == SCRIPT
+    # the other backends run what it means
+    plain = tmp_path / "plain.sbatch"
+    plain.write_text("#!/bin/bash\n#SBATCH -N 2\nsrun ./train\n")
+    flux = hpcbridge("convert", str(plain), "--to", "jobspec", "-N", "3")
+    assert json.loads(flux.stdout)["resources"][0]["count"] == 3, flux.stderr
     # the local cluster has no partitions: the script's -p is refused, naming the option and the cluster
     local = hpcbridge("submit", str(path), "--dry-run", "--cluster", "local", "-N", "3")
     assert local.returncode == 2 and len(local.stderr.strip().splitlines()) == 1
@@ -168,5 +181,10 @@ def test_convert_to_sbatch_is_what_render_to_slurm_prints(tmp_path: Path) -> Non
     assert "srun --nodes=2" in converted.stdout and "--launcher torchrun" in converted.stdout
     path = tmp_path / "job.sbatch"
     path.write_text(SCRIPT.replace(" -p gpu", ""))
-    assert hpcbridge("convert", str(path), "--to", "sbatch").stdout == hpcbridge("render", str(path), "--to",
-                                                                               "slurm").stdout
+    # a batch script is a new job each time it is sent (as with sbatch): a fresh uid, the rest the same
+    def without_uid(text: str) -> str:
+        return re.sub(r"hpcbridge\.io/uid=[0-9a-f-]+", "hpcbridge.io/uid=<uid>", text)
+
+    script = hpcbridge("convert", str(path), "--to", "sbatch").stdout
+    assert without_uid(script) == without_uid(hpcbridge("render", str(path), "--to", "slurm").stdout)
+    assert script.endswith(f"# --- job.sbatch ---\n{SCRIPT.replace(' -p gpu', '')}")

@@ -24,6 +24,7 @@ from bridge.convert.sbatch import (
     SBATCH_RUNTIME,
     SbatchRequest,
     command_body,
+    default_job_name,
     directive_arg,
     dns_label,
     exec_body,
@@ -63,7 +64,8 @@ def opts(*directives: str) -> dict[str, str | None]:
 
 
 def convert(*directives: str, body: str = "srun hostname\n") -> tuple[TrainJob, list[str]]:
-    return to_trainjob(parse_script(script(*directives, body=body), "job.sbatch"))
+    # a file whose name is a label: sbatch's default job name is the TrainJob's name (no slurm-job-name)
+    return to_trainjob(parse_script(script(*directives, body=body), "job"))
 
 
 def plan_of(job: TrainJob):
@@ -231,13 +233,34 @@ def test_last_occurrence_wins() -> None:
     assert opts("--tasks-per-node=3", "--ntasks-per-node=4") == {"ntasks-per-node": "4"}
 
 
+def test_heterogeneous_job_components_are_read_one_by_one() -> None:
+    text = ("#!/bin/bash\n#SBATCH -J het -t 10\n#SBATCH hetjob -N 9\n#SBATCH -N 2 --gres=gpu:1\n"
+            "#SBATCH  PACKJOB\n#SBATCH -c 4\nsrun --het-group=1 hostname\n")
+    request = parse_script(text, "het.sbatch")
+    # the separator's own line is otherwise ignored (sbatch 22.05 reads no option after the word)
+    assert {n: d.value for n, d in request.options.items()} == {"job-name": "het", "time": "10"}
+    assert [{n: d.value for n, d in c.options.items()} for c in request.components] == [
+        {"nodes": "2", "gres": "gpu:1"}, {"cpus-per-task": "4"}]
+    assert request.hetjob_line == 3 and request.body == "#!/bin/bash\nsrun --het-group=1 hostname\n"
+    assert any("packjob" in note for note in request.notes)
+    # command-line flags apply to every component, as sbatch applies them
+    merged = merge(request, parse_flags(["-t", "5"]))
+    assert [c.get("time") for c in (merged, *merged.components)] == ["5", "5", "5"]
+    with pytest.raises(InvalidSpec) as excinfo:
+        to_trainjob(request)
+    assert excinfo.value.field == "#SBATCH line 3" and "only on a Slurm cluster" in excinfo.value.problem
+    # every component is checked as sbatch checks it
+    with pytest.raises(InvalidSpec) as excinfo:
+        parse_script("#!/bin/bash\n#SBATCH -N 1\n#SBATCH hetjob\n#SBATCH --bogus\ntrue\n")
+    assert "#SBATCH line 4" in excinfo.value.field
+
+
 @pytest.mark.parametrize(("text", "field", "problem"), [
     ("", "script", "empty"),
     ("   \n\t\n", "script", "whitespace"),
     ("echo hi\n", "line 1", "#!"),
     ("#!/bin/bash\r\n#SBATCH -N 2\r\n", "line 1", "DOS"),
     ("#!/bin/bash\necho \x00\n", "script", "NUL"),
-    ("#!/bin/bash\n#SBATCH -N 2\n#SBATCH hetjob\n#SBATCH -N 3\ntrue\n", "#SBATCH line 3", "heterogeneous"),
 ])
 def test_script_sanity_checks(text: str, field: str, problem: str) -> None:
     with pytest.raises(InvalidSpec) as excinfo:
@@ -471,22 +494,30 @@ def test_node_range_keeps_minimum_and_range() -> None:
 
 
 @pytest.mark.parametrize(("directive", "gpus", "verbatim"), [
+    # the GPU request's spelling is kept for Slurm (slurm-gpus, which other backends need not honour: the
+    # count is in the resources); what a count cannot say goes verbatim (sbatch.*, refused off Slurm)
     ("--gpus-per-node=4", "4", {}),
-    ("--gpus-per-node=a100:4", "4", {"hpcbridge.io/sbatch.gpus-per-node": "a100:4"}),
-    ("--gres=gpu:2", "2", {}),
-    ("--gres=gpu", "1", {}),
-    ("--gres=gpu:a100:2", "2", {"hpcbridge.io/sbatch.gpus-per-node": "a100:2"}),
-    ("--gres=gpu:a100:2,gpu:v100:1", "3", {"hpcbridge.io/sbatch.gpus-per-node": "a100:2,v100:1"}),
-    ("--gres=gpu:2,nvme:1", "2", {"hpcbridge.io/sbatch.gres": "nvme:1"}),
+    ("--gpus-per-node=a100:4", "4", {"hpcbridge.io/slurm-gpus": "gpus-per-node=a100:4"}),
+    ("--gres=gpu:2", "2", {"hpcbridge.io/slurm-gpus": "gres=gpu:2"}),
+    ("--gres=gpu", "1", {"hpcbridge.io/slurm-gpus": "gres=gpu"}),
+    ("--gres=gpu:a100:2", "2", {"hpcbridge.io/slurm-gpus": "gres=gpu:a100:2"}),
+    ("--gres=gpu:a100:2,gpu:v100:1", "3", {"hpcbridge.io/slurm-gpus": "gres=gpu:a100:2,gpu:v100:1"}),
+    ("--gres=gpu:2,nvme:1", "2", {"hpcbridge.io/sbatch.gres": "gpu:2,nvme:1"}),
     ("--gres=nvme:1", None, {"hpcbridge.io/sbatch.gres": "nvme:1"}),
-    ("-N 2 --gpus=8", "4", {"hpcbridge.io/sbatch.gpus": "8"}),
+    ("-N 2 --gpus=8", "4", {"hpcbridge.io/slurm-gpus": "gpus=8"}),
     ("-G 8", None, {"hpcbridge.io/sbatch.gpus": "8"}),
     ("-N 3 --gpus=8", None, {"hpcbridge.io/sbatch.gpus": "8"}),
 ])
 def test_gpus(directive: str, gpus: str | None, verbatim: dict[str, str]) -> None:
     job, _ = convert(directive)
     assert requests(job).get("nvidia.com/gpu") == gpus
-    assert {k: v for k, v in annotations(job).items() if k.startswith("hpcbridge.io/sbatch.")} == verbatim
+    assert {k: v for k, v in annotations(job).items()
+            if k.startswith(("hpcbridge.io/sbatch.", "hpcbridge.io/slurm-"))} == verbatim
+    # Slurm is asked in the user's spelling, once
+    block = dict(directive_block(job))
+    option, _, value = (verbatim.get("hpcbridge.io/slurm-gpus") or "").partition("=")
+    if option:
+        assert block.get(option) == value and (option == "gpus-per-node" or "gpus-per-node" not in block)
 
 
 @pytest.mark.parametrize(("directives", "problem"), [
@@ -578,21 +609,24 @@ def test_dns_label(given: str, label: str) -> None:
 def test_rename_is_reported_and_slurm_name_kept() -> None:
     job, report = convert("-J 'My Run'")
     assert job.name == "my-run"
-    assert annotations(job) == {"hpcbridge.io/sbatch.job-name": "My Run"}
+    assert annotations(job) == {"hpcbridge.io/slurm-job-name": "My Run"}
+    assert dict(directive_block(job))["job-name"] == "My Run"
     assert any("'My Run'" in line and "'my-run'" in line for line in report)
 
 
 def test_default_name_is_the_script_file() -> None:
     job, report = to_trainjob(parse_script(script(), "jobs/train.sbatch"))
     assert job.name == "train-sbatch"
-    assert not annotations(job)
+    # sbatch would call the job train.sbatch (squeue --name, singleton, %x): Slurm keeps that name
+    assert annotations(job) == {"hpcbridge.io/slurm-job-name": "train.sbatch"}
+    assert dict(directive_block(job))["job-name"] == "train.sbatch"
     assert to_trainjob(parse_script(script()))[0].name == "sbatch"
 
 
 def test_explicit_name() -> None:
     job, _ = to_trainjob(parse_script(script("-J run1")), name="other")
     assert job.name == "other"
-    assert annotations(job) == {"hpcbridge.io/sbatch.job-name": "run1"}
+    assert annotations(job) == {"hpcbridge.io/slurm-job-name": "run1"}
 
 
 # --- bodies ------------------------------------------------------------------------------------------------
@@ -774,8 +808,7 @@ def test_plain_trainjob_renders_and_converts_back() -> None:
     request = parse_script(text)
     assert {name: d.value for name, d in request.options.items()} == {
         "job-name": "job", "comment": f"hpcbridge.io/uid={derive_uid(job)}", "nodes": "2", "ntasks-per-node": "4",
-        "cpus-per-task": "2", "mem": "1536M", "gpus-per-node": "2", "time": "1-01:01:01",
-        "output": DEFAULT_OUTPUT, "hold": None}
+        "cpus-per-task": "2", "mem": "1536M", "gpus-per-node": "2", "time": "1-01:01:01", "hold": None}
     assert "export A='1 2'\n" in text and text.endswith("exec python3 train.py --msg 'hello world'\n")
     again, _ = to_trainjob(request)
     assert again.spec.trainer.command == script_command(request.body, "job")
@@ -855,7 +888,7 @@ def test_unknown_pass_through_option_is_refused_before_submit() -> None:
 
 # --- round trips -------------------------------------------------------------------------------------------
 
-_UID_COMMENT = re.compile(r"^(?:hpcbridge\.io/uid=\S*(?: |\Z))+")
+_UID_COMMENT = re.compile(r"(?:^| )hpcbridge\.io/uid=\S*\Z")
 
 
 def normalised(request: SbatchRequest, default_name: str) -> dict[str, object]:
@@ -909,7 +942,7 @@ def test_case_scripts_round_trip(path: Path) -> None:
     written = render(job)
     assert exec_line(written) == f"exec {join(job.spec.trainer.command)}"
     again = parse_script(written, str(path))
-    assert normalised(again, job.name) == normalised(request, job.name)
+    assert normalised(again, job.name) == normalised(request, default_job_name(str(path)))
     # converting the rendered script back and rendering again asks Slurm for the same thing
     job_again, _ = to_trainjob(again)
     assert directive_block(job_again) == directive_block(job)
@@ -930,7 +963,7 @@ def test_case_gpu_array_job() -> None:
     job, _ = to_trainjob(parse_script((CASES / "gpu-sweep.sbatch").read_text(), "gpu-sweep.sbatch"))
     assert requests(job) == {"cpu": "16", "nvidia.com/gpu": "4"}
     assert annotations(job)["hpcbridge.io/array"] == "0-15%4"
-    assert annotations(job)["hpcbridge.io/sbatch.gpus-per-node"] == "a100:4"
+    assert annotations(job)["hpcbridge.io/slurm-gpus"] == "gres=gpu:a100:4"
     assert job.spec.trainer.command[:3] == ["/bin/bash", "-l", "-c"]
 
 
@@ -1058,7 +1091,7 @@ def test_script_trainjob_script_keeps_options_and_body(options: dict[str, str | 
     written = render(job)
     assert exec_line(written) == f"exec {join(job.spec.trainer.command)}"
     again = parse_script(written, "prop.sbatch")
-    assert normalised(again, job.name) == normalised(request, job.name)
+    assert normalised(again, job.name) == normalised(request, "prop.sbatch")
 
 
 # --- the runtime and the planner ---------------------------------------------------------------------------

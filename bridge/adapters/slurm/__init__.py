@@ -22,11 +22,12 @@ from bridge.adapters.base import (
     JobStatus,
     OptionSpec,
 )
-from bridge.adapters.slurm.render import comment_uid, render_script
+from bridge.adapters.slurm.render import comment_uid, render_script, sbatch_command
 from bridge.adapters.slurm.state import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     SlurmRecord,
+    combine_components,
     decode_wait_status,
     map_state,
     parse_sacct,
@@ -55,7 +56,9 @@ def _rest_record(job: dict) -> SlurmRecord:
     state, mapped = map_state(str(job.get("job_state", "")))
     raw = job.get("exit_code")
     reason = str(job.get("state_reason") or "")
-    return SlurmRecord(str(job.get("job_id")), state, str(job.get("job_state", "")),
+    het_leader = job.get("het_job_id")
+    job_id = str(het_leader) if isinstance(het_leader, int) and het_leader > 0 else str(job.get("job_id"))
+    return SlurmRecord(job_id, state, str(job.get("job_state", "")),
                        f"{mapped}: {reason}" if mapped and reason not in ("", "None") else
                        (reason if reason not in ("", "None") else mapped),
                        decode_wait_status(raw) if isinstance(raw, int) and state.finished else None,
@@ -88,6 +91,9 @@ class SlurmAdapter(Adapter):
             from bridge.adapters.slurm.rest import RestClient
 
             self.rest = RestClient(conn.rest_url, conn.user, conn.token_file)
+        # slurmrestd takes options as JSON fields and reads no #SBATCH line: scripts go by what they mean
+        self.capabilities = Capabilities(batch_scripts=self.rest is None)
+        self._local = conn is None or conn.transport == "local"
 
     @property
     def transport(self) -> Transport:
@@ -96,6 +102,12 @@ class SlurmAdapter(Adapter):
         return self._transport
 
     def render(self, plan: LaunchPlan) -> Artifact:
+        if plan.batch_script is not None and self.rest is None:
+            # the user's batch script as it is; here sbatch reads the file itself, as `sbatch FILE` would
+            source = plan.batch_script
+            name = os.path.basename(source.path) if source.path else f"{plan.name}.sbatch"
+            return Artifact("slurm", "batch-script", plan, (ArtifactFile(name, source.text, "text/x-shellscript"),),
+                            command=sbatch_command(plan, file_argument=self._local))
         script = ArtifactFile(f"{plan.name}.sbatch", render_script(plan), "text/x-shellscript")
         if self.rest is None:
             return Artifact("slurm", "sbatch-script", plan, (script,))
@@ -119,31 +131,28 @@ class SlurmAdapter(Adapter):
         if result.ok:
             return result
         message = (result.stderr.strip() or result.stdout.strip() or f"exit code {result.returncode}").splitlines()
-        text = " ".join(line.strip() for line in message)[:500]
+        text = " ".join(line.strip() for line in message)[:500].removeprefix(f"{what}: ")
         if any(marker in text for marker in _TRANSIENT):
             raise BackendUnavailable("slurm", f"{what}: {text}")
         raise BackendRejected("slurm", f"{what}: {text}")
 
-    def _all_records(self, names: Sequence[str] = (), mine: bool = False) -> list[SlurmRecord]:
-        """squeue's records, only those of *names* when given (squeue filters a comma-separated list)."""
+    def _all_records(self, mine: bool = False) -> list[SlurmRecord]:
+        """squeue's records: all jobs, or with *mine* this user's (REST: the token's user)."""
         if self.rest is not None:
             user = self.cluster.spec.slurm.user if mine and self.cluster.spec.slurm else None
-            records = [_rest_record(job) for job in self.rest.jobs() if user is None or job.get("user_name") == user]
-            return [r for r in records if not names or r.name in names]
+            return combine_components([_rest_record(job) for job in self.rest.jobs()
+                                       if user is None or job.get("user_name") == user])
         argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
-        if names:
-            argv.append(f"--name={','.join(sorted(names))}")
         if mine:
             argv.append("--me")
         return parse_squeue(self._check(self.transport.run(argv), "squeue").stdout)
 
     def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
-        """One squeue listing, filtered by the jobs' names (job names hold no comma); newest job per uid."""
+        """One squeue listing of this user's jobs (a job's Slurm name need not be its TrainJob's: a batch
+        script keeps its own); the newest job per uid."""
         wanted = {identity.uid for identity in identities}
-        names = {identity.name for identity in identities}
         found: dict[str, tuple[int, JobStatus]] = {}
-        # a long name list would outgrow the command line: past a few hundred names, list everything
-        for record in self._all_records(sorted(names) if len(names) <= 200 else ()):
+        for record in self._all_records(mine=True):
             uid = comment_uid(record.comment)
             if uid in wanted:
                 order = _job_number(record.job_id)
@@ -178,7 +187,12 @@ class SlurmAdapter(Adapter):
             import json
 
             return self.rest.submit(json.loads(artifact.main))
-        result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main), "sbatch")
+        if artifact.command:
+            reads_file = artifact.command[-1] == (artifact.plan.batch_script and artifact.plan.batch_script.path)
+            result = self._check(self.transport.run(artifact.command, stdin=None if reads_file else artifact.main),
+                                 "sbatch")
+        else:
+            result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main), "sbatch")
         match = _PARSABLE_ID.match(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
         if not match:
             raise BackendUnavailable("slurm", f"sbatch printed no job id: {result.stdout.strip()[:200]!r}")

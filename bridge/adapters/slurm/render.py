@@ -6,6 +6,7 @@ through ``bridge.shell.quote``. Options Slurm cannot express are errors raised b
 
 from __future__ import annotations
 
+import os
 import re
 
 from bridge import __version__
@@ -54,32 +55,101 @@ def tasks_per_node(plan: LaunchPlan) -> int:
     return plan.procs_per_node if plan.launcher in ONCE_PER_JOB else 1
 
 
+def identity_comment(uid: str, user: str | None) -> str:
+    """The user's comment, if any, with hpc-bridge's identity appended (never replacing it)."""
+    return f"{user} {COMMENT_PREFIX}{uid}" if user else f"{COMMENT_PREFIX}{uid}"
+
+
 def job_comment(plan: LaunchPlan) -> str:
-    """The uid first, then any comment the user passed through (``hpcbridge.io/sbatch.comment``)."""
-    user = dict(plan.options.sbatch_extra).get("comment")
-    return f"{COMMENT_PREFIX}{plan.uid}" + (f" {user}" if user else "")
+    """Any comment the user passed through (``hpcbridge.io/sbatch.comment``), then the uid."""
+    return identity_comment(plan.uid, dict(plan.options.sbatch_extra).get("comment"))
+
+
+_COMMENT_UID = re.compile(rf"(?:^|\s){re.escape(COMMENT_PREFIX)}(\S+)\s*$")
 
 
 def comment_uid(comment: str) -> str | None:
-    head = comment.split(" ", 1)[0]
-    return head[len(COMMENT_PREFIX):] if head.startswith(COMMENT_PREFIX) else None
+    """The uid hpc-bridge appended to a job's comment (the last word), else None."""
+    match = _COMMENT_UID.search(comment)
+    return match.group(1) if match else None
+
+
+def sbatch_command(plan: LaunchPlan, file_argument: bool) -> tuple[str, ...]:
+    """The sbatch call that sends a batch script as it is: the user's flags, then hpc-bridge's identity.
+
+    With *file_argument* sbatch reads the script file itself, exactly as ``sbatch FLAGS FILE`` would (job
+    name and Command from the file); otherwise the script goes on stdin and its default job name, the file's
+    name, is given explicitly, the one difference being Slurm's Command field.
+    """
+    script = plan.batch_script
+    assert script is not None
+    argv = ["sbatch", "--parsable", *script.flags, f"--comment={identity_comment(plan.uid, script.comment)}"]
+    if file_argument and script.path:
+        return (*argv, script.path)
+    if script.job_name is None and script.path:
+        argv.append(f"--job-name={os.path.basename(script.path)}")
+    return tuple(argv)
+
+
+def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
+    """The GPU request as Slurm gets it: the converted script's own spelling when it kept one (Slurm's job
+    environment differs by spelling), else ``--gpus-per-node``; None when another option already asks."""
+    knobs = plan.options
+    gpus = plan.resources.gpus
+    if knobs.slurm_gpus:
+        option, _, value = knobs.slurm_gpus.partition("=")
+        spelled = _spelled_gpus_per_node(option, value, plan.nodes)
+        if gpus and spelled is not None and spelled != gpus:
+            raise InvalidSpec("metadata.annotations[hpcbridge.io/slurm-gpus]", knobs.slurm_gpus,
+                              f"asks Slurm for {spelled} GPUs per node but resourcesPerNode says {gpus}; "
+                              "change or remove the annotation")
+        return option, value
+    extra = dict(knobs.sbatch_extra)
+    if "gpus" in extra or any(item.name == "gpu" for item in _gres(extra.get("gres"))):
+        return None  # the verbatim option asks for the GPUs in the user's words
+    return ("gpus-per-node", str(gpus)) if gpus else None
+
+
+def _gres(value: str | None):
+    from bridge.convert.sbatch import gres_items
+
+    return gres_items(value) if value else []
+
+
+def _spelled_gpus_per_node(option: str, value: str, nodes: int) -> int | None:
+    from bridge.convert.sbatch import gpu_counts
+
+    if option == "gres":
+        counts = [int(item.count) for item in _gres(value) if item.name == "gpu" and item.count.isdigit()]
+        return sum(counts) if counts else None
+    total = sum(count for _, count in gpu_counts(value))
+    if option == "gpus":
+        return total // nodes if total % nodes == 0 else None
+    return total
 
 
 def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
     options: list[tuple[str, str | None]] = [
-        ("job-name", plan.name),
+        ("job-name", plan.options.slurm_job_name or plan.name),
         ("comment", job_comment(plan)),
         ("nodes", str(plan.nodes)),
-        ("ntasks-per-node", str(tasks_per_node(plan))),
     ]
+    extra = dict(plan.options.sbatch_extra)
+    total = extra.get("ntasks")
+    if not (plan.launcher == Launcher.SCRIPT and total and total.isdigit()
+            and -(-int(total) // plan.nodes) == plan.procs_per_node):
+        # a converted script that gave only --ntasks keeps it alone (the per-node count was derived from it):
+        # with --ntasks-per-node too, Slurm would want all of them on each node
+        options.append(("ntasks-per-node", str(tasks_per_node(plan))))
     resources = plan.resources
     if resources.cpu_count is not None:
         per_task = -(-resources.cpu_count // tasks_per_node(plan))
         options.append(("cpus-per-task", str(per_task)))
     if resources.memory_mib is not None:
         options.append(("mem", f"{resources.memory_mib}M"))
-    if resources.gpus:
-        options.append(("gpus-per-node", str(resources.gpus)))
+    gpu = gpu_directive(plan)
+    if gpu is not None:
+        options.append(gpu)
     if plan.time_limit_seconds:
         options.append(("time", slurm_time(plan.time_limit_seconds)))
     knobs = plan.options
@@ -89,7 +159,9 @@ def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
             options.append((name, value))
     if knobs.exclusive:
         options.append(("exclusive", None))
-    options.append(("output", knobs.output or DEFAULT_OUTPUT))
+    if knobs.output or plan.launcher != Launcher.SCRIPT:
+        # a converted batch script keeps Slurm's own default (slurm-%j.out), as sbatch gives it
+        options.append(("output", knobs.output or DEFAULT_OUTPUT))
     if knobs.error:
         options.append(("error", knobs.error))
     if plan.workdir:

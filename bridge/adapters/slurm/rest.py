@@ -34,7 +34,7 @@ def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -
         raise InvalidSpec("metadata.annotations", names, "hpcbridge.io/sbatch.* pass-through options cannot be "
                                                          "expressed over slurmrestd; use the local or ssh transport")
     job: dict[str, Any] = {
-        "name": plan.name,
+        "name": plan.options.slurm_job_name or plan.name,
         "comment": job_comment(plan),
         "nodes": plan.nodes,
         "tasks_per_node": tasks_per_node(plan),

@@ -15,6 +15,7 @@ from bridge.convert.sbatch.mapping import (
     GPU_RESOURCE,
     SBATCH_RUNTIME,
     apply_flags,
+    default_job_name,
     dns_label,
     sbatch_runtime,
     to_trainjob,
@@ -43,7 +44,7 @@ from bridge.convert.sbatch.values import (
 
 __all__ = [
     "GPU_RESOURCE", "OPTIONS", "SBATCH_RUNTIME", "Directive", "GresItem", "SbatchRequest", "apply_flags",
-    "command_body", "directive_arg", "dns_label", "exec_body", "gpu_counts", "gres_items", "merge", "node_range",
+    "command_body", "default_job_name", "directive_arg", "dns_label", "exec_body", "gpu_counts", "gres_items", "merge", "node_range",
     "parse_exec_body", "parse_flags", "parse_script", "passthrough_value", "sbatch_runtime", "script_command",
     "size_mb", "slurm_time", "split_script", "time_seconds", "to_trainjob", "tokenize_directive",
 ]

@@ -57,7 +57,7 @@ def dns_label(name: str) -> str:
     return label[:63].rstrip("-")
 
 
-def _default_name(source: str) -> str:
+def default_job_name(source: str) -> str:
     """sbatch names a job after its script file (``sbatch`` when read from stdin)."""
     if not source or source.startswith("<") or source == "-":
         return "sbatch"
@@ -85,11 +85,13 @@ def _quantity_mib(mib: int) -> str:
 class _Conversion:
     """The state of one request → TrainJob conversion: annotations, report, options already accounted for."""
 
-    def __init__(self, request: SbatchRequest) -> None:
+    def __init__(self, request: SbatchRequest, uncarried: list[InvalidSpec] | None = None) -> None:
         self.request = request
         self.annotations: dict[str, str] = {}
         self.report: list[str] = list(request.notes)
         self.handled: set[str] = set()
+        #: when a list: options whose value no annotation can carry are collected here instead of refused
+        self.uncarried = uncarried
 
     def fail(self, option: str, value: object, problem: str) -> InvalidSpec:
         return InvalidSpec(self.request.where(option), value, problem, source=self.request.source)
@@ -108,7 +110,11 @@ class _Conversion:
     def annotate(self, option: str, key: str, value: str) -> None:
         problem = _plan_problem(key, value)
         if problem:
-            raise self.fail(option, value, f"cannot be carried to Slurm: {problem}")
+            error = self.fail(option, value, f"cannot be carried to Slurm: {problem}")
+            if self.uncarried is None:
+                raise error
+            self.uncarried.append(error)
+            return
         self.annotations[key] = value
 
     def passthrough(self, option: str, value: str | None, why: str = "no TrainJob field",
@@ -117,6 +123,8 @@ class _Conversion:
         target = target or option
         key = f"{SBATCH_PASSTHROUGH_PREFIX}{target}"
         self.annotate(option, key, "true" if value is None else value)
+        if key not in self.annotations:
+            return  # not carried (see ``uncarried``): nothing to report
         given = self.request.options.get(option)
         if target != option and given is not None:
             shown = given.text()
@@ -131,16 +139,24 @@ class _Conversion:
 
 
 def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: str | None = None,
-                runtime: str = SBATCH_RUNTIME) -> tuple[TrainJob, list[str]]:
+                runtime: str = SBATCH_RUNTIME, uncarried: list[InvalidSpec] | None = None,
+                ) -> tuple[TrainJob, list[str]]:
     """A TrainJob that runs *script_body* (default: the request's body) with the request's options.
 
     Returns the TrainJob and a report with one line per renamed, derived or passed-through option. Raises
-    InvalidSpec naming the directive for anything sbatch or hpc-bridge would refuse.
+    InvalidSpec naming the directive for anything sbatch or hpc-bridge would refuse. Given an *uncarried*
+    list, an option whose value sbatch takes but no TrainJob annotation can carry (quotes, backslashes) is
+    left out and listed there instead: the script can still run as it is, on Slurm.
     """
     body = script_body if script_body is not None else request.body
+    if request.components:
+        raise InvalidSpec(f"#SBATCH line {request.hetjob_line}", "hetjob",
+                          f"a heterogeneous job ({1 + len(request.components)} components) has no TrainJob form; "
+                          "it runs only on a Slurm cluster, as the script it is (hpcbridge submit FILE --cluster "
+                          "<slurm cluster>)", source=request.source)
     if body is None:
         raise InvalidSpec("script", None, "no script body to run", source=request.source)
-    conv = _Conversion(request)
+    conv = _Conversion(request, uncarried)
     conv.exclusive(("mem", "mem-per-cpu", "mem-per-gpu"), "--mem, --mem-per-cpu and --mem-per-gpu are mutually "
                    "exclusive")
     conv.exclusive(("cpus-per-task", "cpus-per-gpu"), "--cpus-per-gpu is mutually exclusive with --cpus-per-task")
@@ -240,25 +256,29 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
 def _name(conv: _Conversion, name: str | None) -> str:
     conv.handled.add("job-name")
     job_name = conv.request.get("job-name")
-    wanted = job_name if job_name is not None else _default_name(conv.request.source)
+    wanted = job_name if job_name is not None else default_job_name(conv.request.source)
     label = name if name is not None else dns_label(wanted)
     if name is None and label != wanted:
         conv.report.append(f"job name {wanted!r} is not an RFC 1035 label; the TrainJob is named {label!r}")
-    if job_name is not None and job_name != label:
-        conv.passthrough("job-name", job_name, "Slurm keeps the original job name (%x in file patterns)")
+    if wanted != label and (job_name is not None or name is None):
+        # Slurm keeps the name sbatch would give (squeue --name, singleton dependencies, %x in file names)
+        conv.annotate("job-name", f"{ANNOTATION_PREFIX}slurm-job-name", wanted)
+        conv.report.append(f"job name {wanted!r}: kept for Slurm as {ANNOTATION_PREFIX}slurm-job-name")
     return label
 
 
 def _gpus_per_node(conv: _Conversion, nodes_fixed: int | None) -> int | None:
-    """GPUs per node from --gpus-per-node, --gres=gpu… or --gpus; what a count cannot say goes verbatim."""
+    """GPUs per node from --gpus-per-node, --gres=gpu… or --gpus. The spelling is kept for Slurm
+    (``hpcbridge.io/slurm-gpus``), whose job environment differs by spelling; what a count cannot say
+    (other generic resources, a job-wide count with no per-node share) goes verbatim."""
     request = conv.request
     per_node: int | None = None
+    spelling: str | None = None
     items = conv.value("gpus-per-node", gpu_counts)
     if items is not None:
         per_node = sum(count for _, count in items)
         if len(items) > 1 or items[0][0] is not None:
-            conv.passthrough("gpus-per-node", request.get("gpus-per-node"),
-                             f"GPU types have no TrainJob field ({GPU_RESOURCE}: {per_node})")
+            spelling = f"gpus-per-node={request.get('gpus-per-node')}"
     gres = conv.value("gres", gres_items)
     if gres is not None:
         gpus = [item for item in gres if item.name == "gpu"]
@@ -270,26 +290,25 @@ def _gpus_per_node(conv: _Conversion, nodes_fixed: int | None) -> int | None:
             if not all(item.count.isdigit() for item in gpus):
                 raise conv.fail("gres", request.get("gres"), "GPU counts are whole numbers")
             per_node = sum(int(item.count) for item in gpus)
-            if len(gpus) > 1 or gpus[0].kind is not None:
-                # --gres=gpu:type:N is the same request as --gpus-per-node=type:N, the option the renderer
-                # writes itself, so sbatch's last-wins rule keeps the type
-                typed = ",".join(f"{item.kind}:{item.count}" if item.kind else item.count for item in gpus)
-                conv.passthrough("gres", typed, f"GPU types have no TrainJob field ({GPU_RESOURCE}: {per_node}); "
-                                 "Slurm's equivalent --gpus-per-node", target="gpus-per-node")
-            else:
-                conv.report.append(f"--gres=gpu:{per_node}: {GPU_RESOURCE}: {per_node} (Slurm's --gpus-per-node)")
+            spelling = f"gres={request.get('gres')}"
         if others or not gres:
-            rest = ",".join(item.text for item in others) if others else request.get("gres")
-            conv.passthrough("gres", rest, "generic resources other than GPUs have no TrainJob field")
+            # other generic resources mean nothing off Slurm: the whole option goes verbatim (refused elsewhere)
+            spelling = None
+            conv.passthrough("gres", request.get("gres"), "generic resources other than GPUs have no TrainJob field")
     total_items = conv.value("gpus", gpu_counts)
     if total_items is not None:
         total = sum(count for _, count in total_items)
         if per_node is None and nodes_fixed is not None and total % nodes_fixed == 0:
             per_node = total // nodes_fixed
-            why = f"a job-wide GPU count; {GPU_RESOURCE}: {per_node} per node over {nodes_fixed} node(s)"
+            spelling = f"gpus={request.get('gpus')}"
         else:
-            why = "a job-wide GPU count with no fixed per-node share (no per-node GPU request)"
-        conv.passthrough("gpus", request.get("gpus"), why)
+            conv.passthrough("gpus", request.get("gpus"),
+                             "a job-wide GPU count with no fixed per-node share (no per-node GPU request)")
+    if spelling is not None:
+        conv.annotate("gres" if spelling.startswith("gres") else spelling.split("=")[0],
+                      f"{ANNOTATION_PREFIX}slurm-gpus", spelling)
+        conv.report.append(f"--{spelling}: {GPU_RESOURCE}: {per_node} per node; Slurm keeps the spelling "
+                           f"({ANNOTATION_PREFIX}slurm-gpus)")
     return per_node
 
 
