@@ -110,8 +110,10 @@ InactiveLimit=0
 KillWait=5
 MinJobAge={self.min_job_age}
 NodeName=node[1-{self.nodes}] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{ports + 1}-{ports + self.nodes}] \
-CPUs={self.cpus} RealMemory={self.memory_mb} Gres=gpu:{self.gpus} State=UNKNOWN
+CPUs={self.cpus} RealMemory={self.memory_mb} Gres=gpu:a100:{self.gpus} Feature=intel,ib State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=long Nodes=node[1-{min(2, self.nodes)}] MaxTime=INFINITE State=UP
+Licenses=matlab:2
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
 """)
@@ -123,7 +125,7 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
         # /dev/null and /dev/zero stand in for GPU devices: enough for Slurm to count and assign them
         devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random"][: self.gpus]
         (self.conf.parent / "gres.conf").write_text(
-            "AutoDetect=off\n" + "".join(f"NodeName=node[1-{self.nodes}] Name=gpu File={d}\n" for d in devices))
+            "AutoDetect=off\n" + "".join(f"NodeName=node[1-{self.nodes}] Name=gpu Type=a100 File={d}\n" for d in devices))
 
     def start(self) -> None:
         ensure_munge()
@@ -236,7 +238,7 @@ class NetnsSlurmCluster(SlurmCluster):
         nodes = "".join(f"NodeName={h.name} NodeAddr={h.ip} CPUs={self.cpus} RealMemory={self.memory_mb} "
                         f"State=UNKNOWN\n" for h in self.hosts.hosts)
         lines = [line for line in text.splitlines()
-                 if line.strip() and not line.startswith(("NodeName=", "PartitionName="))]
+                 if line.strip() and not line.startswith(("NodeName=", "PartitionName=", "CPUs="))]
         self.conf.write_text("\n".join(lines) + "\n" + nodes + "PartitionName=debug Nodes=ALL Default=YES "
                              "MaxTime=INFINITE State=UP\n")
         (self.conf.parent / "gres.conf").unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -87,6 +88,7 @@ def test_converted_batch_script_is_what_slurm_gets(config_file, slurm_cluster, t
     for expected in ("JobName=conv-job", "NumNodes=2", "NumTasks=4", "CPUs/Task=1", "MinMemoryNode=200M",
                      "TimeLimit=00:05:00", "Partition=debug", "gres:gpu:1"):
         assert expected in info, (expected, info)
-    assert "Comment=hpcbridge.io/uid=" in info and "kept as written" in info
+    # the user's comment, then hpc-bridge's identity appended
+    assert re.search(r"Comment=kept as written hpcbridge\.io/uid=[0-9a-f-]{36} ", info), info
     output = (tmp_path / f"conv-job-{job_id}.out").read_text()
     assert output.splitlines() == ["tasks=4 nodes=2", "4"]  # the body ran once, its srun used the allocation

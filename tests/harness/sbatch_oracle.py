@@ -1,0 +1,210 @@
+"""Slurm as the oracle for batch scripts: submit a script natively (``sbatch --hold``) and through hpc-bridge
+(``hpcbridge submit --hold``), read both jobs back from slurmctld, and list every field that differs.
+
+What is read back, per job (every component of a heterogeneous job):
+- ``scontrol show job -o``: every field, job ids replaced by a placeholder;
+- the script and the environment slurmctld stored under StateSaveLocation (``hash.N/job.ID/``).
+What may differ: the ids, the times, and hpc-bridge's identity — the ``hpcbridge.io/uid=…`` appended to the
+job's comment (anything else in the comment must match).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: fields that hold times (set by slurmctld at submit) and ids; never compared
+TIME_FIELDS = ("SubmitTime", "EligibleTime", "AccrueTime", "StartTime", "EndTime", "LastSchedEval",
+               "SuspendTime", "PreemptEligibleTime", "PreemptTime", "Deadline_")
+ID_FIELDS = ("JobId", "HetJobId", "HetJobIdSet", "ArrayJobId", "ArrayTaskId")
+IDENTITY = re.compile(r"(?:^| )hpcbridge\.io/uid=[0-9a-f-]+$")
+#: a corpus script may name the sbatch flags its test passes after the file (both paths get the same)
+FLAGS_LINE = re.compile(r"^# fidelity-flags: (.*)$", re.MULTILINE)
+_FIELD = re.compile(r"(?:^| )([A-Za-z][A-Za-z/:_]*(?:\[[^\]]*\])?)=")
+
+
+@dataclass
+class Outcome:
+    script: str
+    #: "identical", "different", "rejected by both", or what went wrong
+    verdict: str
+    differences: list[str] = field(default_factory=list)
+
+
+def flags_of(text: str) -> list[str]:
+    match = FLAGS_LINE.search(text)
+    return shlex.split(match.group(1)) if match else []
+
+
+def parse_scontrol(line: str) -> dict[str, str]:
+    """``scontrol show job -o`` → fields; a value may hold blanks (Comment, JobName), so a field starts only
+    where a known-looking ``Key=`` follows a blank."""
+    fields: dict[str, str] = {}
+    starts = [(m.start(1), m.group(1)) for m in _FIELD.finditer(line)]
+    for index, (start, key) in enumerate(starts):
+        value_start = start + len(key) + 1
+        end = starts[index + 1][0] - 1 if index + 1 < len(starts) else len(line)
+        fields[key] = line[value_start:end].rstrip(" ")
+    return fields
+
+
+def _component_ids(run, job_id: str) -> list[str]:
+    out = run("squeue", "--noheader", "--states=all", "--Format=JobID:|,HetJobID:|").stdout
+    ids = []
+    for line in out.splitlines():
+        job, het = (part.strip() for part in line.split("|")[:2])
+        if job == job_id or het == job_id:
+            ids.append(job)
+    return sorted(ids, key=int) or [job_id]
+
+
+def read_environment(path: Path) -> list[str]:
+    """slurmctld's stored job environment: a little-endian count, then NUL-terminated ``NAME=value``."""
+    data = path.read_bytes()
+    (count,) = struct.unpack("<I", data[:4])
+    entries = data[4:].split(b"\0")[:count]
+    return sorted(entry.decode("utf-8", "replace") for entry in entries)
+
+
+@dataclass
+class StoredJob:
+    fields: dict[str, str]
+    script: bytes | None
+    environment: list[str] | None
+
+
+def read_job(run, state_dir: Path, job_id: str) -> list[StoredJob]:
+    jobs = []
+    for component in _component_ids(run, job_id):
+        line = run("scontrol", "show", "job", "-o", component).stdout.strip().splitlines()[0]
+        stored = state_dir / f"hash.{int(component) % 10}" / f"job.{component}"
+        script = (stored / "script").read_bytes() if (stored / "script").exists() else None
+        env = read_environment(stored / "environment") if (stored / "environment").exists() else None
+        jobs.append(StoredJob(parse_scontrol(line), script, env))
+    return jobs
+
+
+#: fields whose values hold the job id (file patterns expanded by slurmctld)
+_HOLDS_ID = ("StdOut", "StdErr", "StdIn")
+
+
+def _normalised(job: StoredJob, ids: list[str]) -> dict[str, str]:
+    out = {}
+    for key, value in job.fields.items():
+        if key in TIME_FIELDS or key in ID_FIELDS:
+            continue
+        if key in _HOLDS_ID:
+            folder, slash, name = value.rpartition("/")
+            for number in sorted(ids, key=len, reverse=True):
+                name = re.sub(rf"(?<![0-9A-Za-z]){number}(?![0-9A-Za-z])", "<id>", name)
+            value = folder + slash + name
+        out[key] = value
+    return out
+
+
+def compare(native: list[StoredJob], bridged: list[StoredJob], native_ids: list[str],
+            bridged_ids: list[str]) -> list[str]:
+    """Every difference between the two jobs, field by field, the identity tag allowed."""
+    if len(native) != len(bridged):
+        return [f"components: {len(native)} natively, {len(bridged)} through hpc-bridge"]
+    problems = []
+    for index, (a, b) in enumerate(zip(native, bridged, strict=True)):
+        where = f"component {index}: " if len(native) > 1 else ""
+        fa, fb = _normalised(a, native_ids), _normalised(b, bridged_ids)
+        comment = fb.pop("Comment", "(null)")
+        if not IDENTITY.search(comment):
+            problems.append(f"{where}Comment: no hpc-bridge identity at its end: {comment!r}")
+        user = IDENTITY.sub("", comment) or "(null)"
+        expected = fa.pop("Comment", "(null)")
+        if user != expected:
+            problems.append(f"{where}Comment: {expected!r} natively, {user!r} before the identity")
+        for key in sorted(set(fa) | set(fb)):
+            if fa.get(key) != fb.get(key):
+                problems.append(f"{where}{key}: {fa.get(key)!r} natively, {fb.get(key)!r} through hpc-bridge")
+        if a.script != b.script:
+            problems.append(f"{where}stored script differs")
+        if (a.environment is None) != (b.environment is None):
+            problems.append(f"{where}stored environment: stored only {'natively' if a.environment else 'by hpc-bridge'}")
+        env_a = dict(entry.partition("=")[::2] for entry in a.environment or ())
+        env_b = dict(entry.partition("=")[::2] for entry in b.environment or ())
+        for name in sorted(set(env_a) | set(env_b)):
+            if env_a.get(name) != env_b.get(name):
+                problems.append(f"{where}environment {name}: {env_a.get(name)!r} natively, {env_b.get(name)!r} "
+                                "through hpc-bridge")
+    return problems
+
+
+class Oracle:
+    """Submits corpus scripts both ways on one real Slurm cluster and compares what it stored."""
+
+    def __init__(self, slurm_conf: Path, state_dir: Path, config_file: Path, cluster: str, workdir: Path,
+                 env: dict[str, str], through_trainjob: bool = False) -> None:
+        self.state_dir, self.cluster, self.workdir = state_dir, cluster, workdir
+        #: the other way in: ``convert --to trainjob``, then submit the TrainJob YAML
+        self.through_trainjob = through_trainjob
+        self.env = {**env, "SLURM_CONF": str(slurm_conf), "HPCBRIDGE_CONFIG": str(config_file)}
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, cwd=self.workdir,
+                              stdin=subprocess.DEVNULL, timeout=120)
+
+    def native(self, path: Path, flags: list[str]) -> subprocess.CompletedProcess:
+        return self.run("sbatch", "--parsable", "--hold", *flags, str(path))
+
+    def bridged(self, path: Path, flags: list[str]) -> subprocess.CompletedProcess:
+        if self.through_trainjob:
+            converted = self.run(sys.executable, "-m", "bridge", "convert", str(path), "--to", "trainjob", *flags)
+            if converted.returncode != 0:
+                return converted
+            yaml_path = self.workdir / f"{path.name}.yaml"
+            yaml_path.write_text(converted.stdout)
+            return self.run(sys.executable, "-m", "bridge", "submit", str(yaml_path), "--cluster", self.cluster,
+                            "--hold", "--rerun")
+        return self.run(sys.executable, "-m", "bridge", "submit", str(path), "--cluster", self.cluster, "--hold",
+                        *flags)
+
+    def job_count(self) -> int:
+        return len(self.run("squeue", "--noheader", "--states=all", "--Format=JobID").stdout.split())
+
+    def check(self, path: Path) -> Outcome:
+        text = path.read_bytes().decode("utf-8", "replace")
+        flags = flags_of(text)
+        before = self.job_count()
+        native = self.native(path, flags)
+        after_native = self.job_count()
+        bridged = self.bridged(path, flags)
+        after_bridged = self.job_count()
+        native_id = native.stdout.strip().split(";")[0] if native.returncode == 0 else None
+        bridged_id = bridged.stdout.strip().splitlines()[-1] if bridged.returncode == 0 and bridged.stdout.strip() \
+            else None
+        try:
+            if native_id is None:
+                if bridged.returncode == 0:
+                    return Outcome(path.name, "accepted by hpc-bridge though sbatch refuses it",
+                                   [native.stderr.strip(), bridged.stdout.strip()])
+                problems = []
+                if after_bridged != after_native or after_native != before:
+                    problems.append("a job was created")
+                if bridged.returncode != 2 and "sbatch:" not in bridged.stderr:
+                    problems.append(f"hpc-bridge exit {bridged.returncode}: {bridged.stderr.strip()}")
+                errors = [line for line in bridged.stderr.strip().splitlines() if not line.startswith("hpcbridge: note:")]
+                if len(errors) != 1:
+                    problems.append(f"not one line: {bridged.stderr.strip()!r}")
+                return Outcome(path.name, "different" if problems else "rejected by both", problems)
+            if bridged_id is None:
+                return Outcome(path.name, "refused by hpc-bridge though sbatch accepts it",
+                               [bridged.stderr.strip()])
+            native_ids = _component_ids(self.run, native_id)
+            bridged_ids = _component_ids(self.run, bridged_id)
+            problems = compare(read_job(self.run, self.state_dir, native_id),
+                               read_job(self.run, self.state_dir, bridged_id), native_ids, bridged_ids)
+            return Outcome(path.name, "different" if problems else "identical", problems)
+        finally:
+            for job_id in (native_id, bridged_id):
+                if job_id:
+                    self.run("scancel", job_id)

@@ -1,0 +1,165 @@
+"""sbatch fidelity, with real Slurm as the oracle (tests/harness/sbatch_oracle.py).
+
+Every script of ``sbatch_corpus/`` is submitted natively (``sbatch --hold``) and through hpc-bridge
+(``hpcbridge submit FILE --hold``); slurmctld's record of the two jobs — every ``scontrol show job`` field, the
+stored script and the stored environment — must be identical but for ids, times and the uid hpc-bridge appends
+to the comment. A script sbatch refuses must be refused by hpc-bridge too, in one line, with no job left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness.sbatch_oracle import Oracle, Outcome
+
+CORPUS = Path(__file__).parent / "sbatch_corpus"
+SCRIPTS = sorted(CORPUS.glob("*.sbatch"))
+#: what the other way in (convert --to trainjob, then submit the TrainJob) changes, on purpose: the job runs
+#: hpc-bridge's script (the body unchanged inside it), sent on stdin so Slurm records no Command, and that
+#: script states the node count and tasks per node outright (so Slurm sets SLURM_NTASKS*) — nothing else
+THROUGH_TRAINJOB_DIFFERS = ("Command:", "stored script differs", "NtasksPerN:B:S:C:", "NumNodes:",
+                            "environment SLURM_NTASKS:", "environment SLURM_NPROCS:",
+                            "environment SLURM_NTASKS_PER_NODE:")
+
+
+def _until(read, done, timeout: float = 60.0) -> str:
+    """Read until *done* says so or *timeout* passes (bounds a hung test; the caller asserts)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.3)
+
+
+def _cluster_config(tmp_path: Path, slurm_cluster) -> Path:
+    path = tmp_path / "clusters.yaml"
+    # no defaults: a batch script gets what sbatch would give it, and nothing a platform team configured
+    path.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: fidelity}\n"
+                    f"spec:\n  type: slurm\n  slurm: {{transport: local, slurmConf: '{slurm_cluster.conf}'}}\n")
+    return path
+
+
+@pytest.fixture
+def oracle(tmp_path, slurm_cluster) -> Oracle:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    return Oracle(slurm_cluster.conf, slurm_cluster.base / "state", _cluster_config(tmp_path, slurm_cluster),
+                  "fidelity", workdir, dict(os.environ))
+
+
+def _report(outcomes: list[Outcome], title: str) -> str:
+    rejected = sum(o.verdict == "rejected by both" for o in outcomes)
+    identical = sum(o.verdict == "identical" for o in outcomes)
+    lines = [f"{title}: {identical}/{len(outcomes) - rejected} scripts sbatch accepts gave identical jobs; "
+             f"{rejected} scripts sbatch refuses were refused by hpc-bridge too"]
+    for outcome in outcomes:
+        if outcome.verdict not in ("identical", "rejected by both"):
+            lines.append(f"  {outcome.script}: {outcome.verdict}")
+            lines.extend(f"    {d}" for d in outcome.differences)
+    return "\n".join(lines)
+
+
+def test_corpus_is_large_enough() -> None:
+    accepted = [p for p in SCRIPTS if not p.name.startswith("rejected-")]
+    assert len(accepted) >= 40 and len(SCRIPTS) - len(accepted) >= 10
+
+
+def test_every_script_makes_the_job_sbatch_makes(oracle: Oracle, capsys) -> None:
+    outcomes = [oracle.check(path) for path in SCRIPTS]
+    summary = _report(outcomes, "sbatch fidelity")
+    with capsys.disabled():
+        sys.stdout.write(f"\n{summary}\n")
+    bad = [o for o in outcomes if o.verdict not in ("identical", "rejected by both")]
+    assert not bad, summary
+    # the corpus's names say which scripts sbatch refuses: the oracle agreed with every one
+    for outcome in outcomes:
+        assert (outcome.verdict == "rejected by both") == outcome.script.startswith("rejected-"), outcome.script
+
+
+def test_through_a_trainjob_only_the_listed_differences(tmp_path, slurm_cluster, capsys) -> None:
+    # convert --to trainjob, then submit the TrainJob: the job's meaning, name, GPU spelling, output files and
+    # environment stay; the listed differences are hpc-bridge's own script and its explicit task layout
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    oracle = Oracle(slurm_cluster.conf, slurm_cluster.base / "state", _cluster_config(tmp_path, slurm_cluster),
+                    "fidelity", workdir, dict(os.environ), through_trainjob=True)
+    outcomes = []
+    for path in SCRIPTS:
+        if path.name.startswith(("rejected-", "het-")) or "escaped" in path.name:
+            continue  # refused or with no TrainJob form (tested elsewhere)
+        outcome = oracle.check(path)
+        outcome.differences = [d for d in outcome.differences if not d.startswith(THROUGH_TRAINJOB_DIFFERS)]
+        if outcome.verdict == "different" and not outcome.differences:
+            outcome.verdict = "identical"
+        outcomes.append(outcome)
+    summary = _report(outcomes, "through a TrainJob")
+    with capsys.disabled():
+        sys.stdout.write(f"\n{summary}\n")
+    assert all(o.verdict == "identical" for o in outcomes), summary
+
+
+def test_oracle_sees_a_difference(oracle: Oracle, tmp_path) -> None:
+    # the harness can fail: a flag given only to hpc-bridge is a difference it names
+    path = CORPUS / "time-minutes.sbatch"
+    native = oracle.native(path, [])
+    bridged = oracle.bridged(path, ["--nice=5"])
+    try:
+        from tests.harness.sbatch_oracle import _component_ids, compare, read_job
+
+        a, b = native.stdout.strip(), bridged.stdout.strip().splitlines()[-1]
+        problems = compare(read_job(oracle.run, oracle.state_dir, a), read_job(oracle.run, oracle.state_dir, b),
+                           _component_ids(oracle.run, a), _component_ids(oracle.run, b))
+        assert any(p.startswith("Nice:") for p in problems), problems
+    finally:
+        oracle.run("scancel", native.stdout.strip(), bridged.stdout.strip().splitlines()[-1])
+
+
+def test_heterogeneous_job_runs_with_status_logs_and_cancel(tmp_path, slurm_cluster) -> None:
+    config = _cluster_config(tmp_path, slurm_cluster)
+    env = {**os.environ, "HPCBRIDGE_CONFIG": str(config), "SLURM_CONF": str(slurm_cluster.conf)}
+    script = tmp_path / "het.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH -J het-e2e -c 1\n#SBATCH hetjob\n#SBATCH -N 1 --gres=gpu:1\n"
+                      "echo leader $SLURM_JOB_ID components $SLURM_HET_SIZE\n"
+                      "srun --het-group=1 bash -c 'echo gpu component sees $SLURM_JOB_GPUS'\n")
+
+    def hpcbridge(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bridge", *argv], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+
+    submitted = hpcbridge("submit", str(script), "--cluster", "fidelity", "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[0]
+    status = hpcbridge("status", job_id, "--cluster", "fidelity", "-o", "json")
+    assert '"Succeeded"' in status.stdout, status.stdout
+    logs = hpcbridge("logs", job_id, "--cluster", "fidelity")
+    assert f"leader {job_id} components 2" in logs.stdout and "gpu component sees" in logs.stdout, logs.stdout
+    # refused where it cannot run as itself, in one line
+    for backend in ("kubernetes", "flux"):
+        refused = hpcbridge("render", str(script), "--to", backend)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+        assert "heterogeneous job" in refused.stderr and "only on a Slurm cluster" in refused.stderr
+    converted = hpcbridge("convert", str(script), "--to", "trainjob")
+    assert converted.returncode == 2 and "no TrainJob form" in converted.stderr and not converted.stdout
+
+    # a long one is cancelled whole: every component ends CANCELLED
+    script.write_text("#!/bin/bash\n#SBATCH -J het-cancel\n#SBATCH hetjob\n#SBATCH -c 1\nsleep 300\n")
+    running = hpcbridge("submit", str(script), "--cluster", "fidelity")
+    assert running.returncode == 0, running.stderr
+    job_id = running.stdout.split()[0]
+    _until(lambda: hpcbridge("status", job_id, "--cluster", "fidelity", "-o", "json").stdout,
+           lambda out: '"Running"' in out)
+    cancelled = hpcbridge("cancel", job_id, "--cluster", "fidelity")
+    assert cancelled.returncode == 0, cancelled.stderr
+    final = _until(lambda: hpcbridge("status", job_id, "--cluster", "fidelity", "-o", "json").stdout,
+                   lambda out: '"Cancelled"' in out)
+    assert '"Cancelled"' in final, final
+    states = slurm_cluster.run("squeue", "--noheader", "--states=all", "--Format=JobID:|,HetJobID:|,State:|").stdout
+    components = [line.split("|") for line in states.splitlines() if line.split("|")[1].strip() == job_id]
+    assert len(components) == 2 and all(c[2].strip() == "CANCELLED" for c in components), states
