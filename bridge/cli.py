@@ -346,6 +346,10 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("HPCBRIDGE_DEBUG"):
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="hpcbridge: debug: %(message)s", stream=sys.stderr)
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from functools import cache
@@ -9,11 +10,12 @@ from importlib import resources
 from pathlib import Path
 
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
-from bridge.api.loader import Resource, load_file, parse_object
+from bridge.api.loader import Resource, load_file, parse_object, read_text, safe_load_all
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.errors import InvalidSpec
 
 RuntimeObject = ClusterTrainingRuntime | TrainingRuntime
+log = logging.getLogger("hpcbridge")
 
 
 def config_path() -> Path:
@@ -57,9 +59,25 @@ def builtin_runtime_names() -> list[str]:
     return sorted(doc["metadata"]["name"] for doc in _builtin_documents())
 
 
+#: what a runtime document is; anything else in a runtimes folder (a kustomization, a Namespace…) is skipped
+RUNTIME_API_GROUP = "trainer.kubeflow.org/"
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+
+
+class RuntimeList(list):
+    """Runtimes found, plus what could not be read on the way (named when a runtime is then not found)."""
+
+    unreadable: tuple[str, ...] = ()
+    #: (kind, name) of every runtime document seen, validated or not (for "known: …" hints)
+    seen: tuple[tuple[str, str], ...] = ()
+
+
 def _runtime_files(path: Path, required: bool) -> list[Path]:
+    """A file, or every ``*.yaml``/``*.yml`` under a folder, subfolders included (Trainer's own runtimes folder
+    keeps ``torchtune/…`` and ``data-cache/…`` in subfolders), hidden folders skipped."""
     if path.is_dir():
-        return sorted(path.glob("*.y*ml"))
+        return sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                      and not any(part.startswith(".") for part in p.relative_to(path).parts))
     if path.exists():
         return [path]
     if required:
@@ -67,15 +85,52 @@ def _runtime_files(path: Path, required: bool) -> list[Path]:
     return []
 
 
-def load_runtimes(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[RuntimeObject]:
-    """Runtimes from ``--runtimes`` paths (which must exist), $HPCBRIDGE_RUNTIMES and the config dir."""
+def _is_runtime(document: object) -> bool:
+    return (isinstance(document, dict) and isinstance(document.get("apiVersion"), str)
+            and document["apiVersion"].startswith(RUNTIME_API_GROUP) and document.get("kind") in RUNTIME_KINDS)
+
+
+def _document_name(document: dict) -> object:
+    metadata = document.get("metadata")
+    return metadata.get("name") if isinstance(metadata, dict) else None
+
+
+def load_runtimes(explicit: Sequence[str | os.PathLike[str]] = (), name: str | None = None) -> RuntimeList:
+    """Runtimes from ``--runtimes`` paths (which must exist), $HPCBRIDGE_RUNTIMES and the config dir.
+
+    Documents that are not Trainer runtimes are skipped (said at debug level); a runtime is validated only
+    when it is the one wanted (*name*; every one when None), so a broken runtime is an error only for the
+    TrainJobs that use it. A file that is not readable YAML is skipped too, and listed in ``unreadable``.
+    """
     candidates = [(Path(p), True) for p in explicit]
     candidates += [(Path(p), False) for p in os.environ.get("HPCBRIDGE_RUNTIMES", "").split(os.pathsep) if p]
     candidates.append((config_path().parent / "runtimes", False))
-    found: list[RuntimeObject] = []
+    found = RuntimeList()
+    unreadable: list[str] = []
+    seen: list[tuple[str, str]] = []
     for path, required in candidates:
         for file in _runtime_files(path, required):
-            found.extend(obj for obj in load_file(file) if isinstance(obj, RuntimeObject))
+            source = os.fspath(file)
+            try:
+                documents = safe_load_all(read_text(file), source)
+            except InvalidSpec as exc:
+                log.debug("runtimes: skipping %s: %s", source, exc)
+                unreadable.append(str(exc))
+                continue
+            for index, document in enumerate(documents):
+                if document is None:
+                    continue
+                label = source if len(documents) == 1 else f"{source}[doc {index + 1}]"
+                if not _is_runtime(document):
+                    kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
+                    log.debug("runtimes: skipping %s: a %s, not a Trainer runtime", label, kind)
+                    continue
+                if isinstance(_document_name(document), str):
+                    seen.append((document["kind"], _document_name(document)))
+                if name is not None and _document_name(document) != name:
+                    continue
+                found.append(parse_object(document, label))
+    found.unreadable, found.seen = tuple(unreadable), tuple(seen)
     return found
 
 
@@ -86,4 +141,7 @@ def all_runtimes(inline: Iterable[Resource], extra_paths: Sequence[str | os.Path
     With *name*, built-in runtimes of other names are left unvalidated (they cannot match).
     """
     inline_runtimes = [obj for obj in inline if isinstance(obj, RuntimeObject)]
-    return [*builtin_runtimes(name), *load_runtimes(extra_paths), *inline_runtimes]
+    loaded = load_runtimes(extra_paths, name)
+    found = RuntimeList([*builtin_runtimes(name), *loaded, *inline_runtimes])
+    found.unreadable, found.seen = loaded.unreadable, loaded.seen
+    return found
