@@ -106,6 +106,10 @@ class NodeResources:
     extra: tuple[tuple[str, str], ...] = ()
     #: every merged request as written (name, quantity text), for backends that speak Kubernetes quantities
     quantities: tuple[tuple[str, str], ...] = ()
+    #: requests and limits as given, each merged per key (TrainJob over runtime), as Kubeflow puts them on the
+    #: trainer container; the scheduler-facing numbers above fold them into one
+    given_requests: tuple[tuple[str, str], ...] = ()
+    given_limits: tuple[tuple[str, str], ...] = ()
 
     @property
     def cpu_count(self) -> int | None:
@@ -202,8 +206,12 @@ class LaunchPlan:
     runtime_name: str = ""
     runtime_kind: str = "ClusterTrainingRuntime"
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: the JobSet's labels and annotations from the runtime template and runtime patches (kubernetes backend)
+    jobset_metadata: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: the batch script this plan was converted from, when the input was one
     batch_script: BatchScript | None = None
+    #: what the plan cannot honour on its cluster (Kubernetes-only fields), one line each for the user
+    notes: tuple[str, ...] = ()
 
     @property
     def total_procs(self) -> int:
@@ -251,8 +259,12 @@ def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | Cluste
         from bridge.api.catalog import builtin_runtime_names
 
         available = sorted({r.name for r in runtimes if r.kind == kind}
+                           | {n for k, n in getattr(runtimes, "seen", ()) if k == kind}
                            | (set(builtin_runtime_names()) if kind == "ClusterTrainingRuntime" else set()))
         hint = f"; known: {', '.join(available)}" if available else ""
+        unreadable = getattr(runtimes, "unreadable", ())
+        if unreadable:
+            hint += f"; {len(unreadable)} runtime file(s) could not be read, the first: {unreadable[0]}"
         raise InvalidSpec("spec.runtimeRef.name", ref.name, f"no {kind} with this name{hint}")
     return candidates[-1]
 
@@ -292,9 +304,12 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     command = tuple((spec_trainer.command if spec_trainer and spec_trainer.command is not None else container.command) or ())
     args = tuple((spec_trainer.args if spec_trainer and spec_trainer.args is not None else container.args) or ())
     argv = command + args
-    if not argv:
+    if not argv and cluster.spec.type != "kubernetes":
+        # on Kubernetes the image's entrypoint runs, as with Kubeflow; elsewhere nothing would
         raise InvalidSpec("spec.trainer.command", None,
-                          f"no command to run: neither the TrainJob nor runtime {runtime.name!r} gives one")
+                          f"no command to run: neither the TrainJob nor runtime {runtime.name!r} gives one (on "
+                          f"Kubernetes the image's entrypoint would run; a {cluster.spec.type} cluster runs no "
+                          "image entrypoint)")
     image = (spec_trainer.image if spec_trainer and spec_trainer.image else None) or container.image
 
     env = _merged_env(container.env or [], (spec_trainer.env if spec_trainer else None) or [])
@@ -328,6 +343,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         _check_directive_value(source, workdir)
     _check_free_text(argv, env)
     launch_command = tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch"))
+    notes = () if cluster.spec.type == "kubernetes" else _unhonoured(trainjob, runtime, template, trainer_job,
+                                                                       container, image, cluster)
 
     plan = LaunchPlan(
         name=trainjob.name,
@@ -355,9 +372,95 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         runtime_name=runtime.name,
         runtime_kind=runtime.kind,
         labels=dict(trainjob.metadata.labels or {}),
+        jobset_metadata=_jobset_metadata(trainjob, runtime),
+        notes=notes,
     )
     check_identity(plan)
     return plan
+
+
+#: what a non-Kubernetes backend reads of the trainer's container; every other container field is Kubernetes'
+_CONTAINER_READ = {"name", "image", "command", "args", "env", "resources", "workingDir", "ports"}
+#: pod spec fields that only say how Kubernetes runs the pod, with nothing to honour elsewhere
+_POD_NEUTRAL = {"containers", "restartPolicy"}
+
+
+def _unhonoured(trainjob: TrainJob, runtime, template, trainer_job, container, image: str | None,
+                cluster: BridgeCluster) -> tuple[str, ...]:
+    """One note per Kubernetes-only field the TrainJob sets (its runtime patches, image, initializer) that
+    *cluster* cannot honour; refused instead when the cluster lists the field in ``spec.defaults.mustHonour``
+    (or ``"*"``). What the runtime itself says for Kubernetes is the runtime author's, and not repeated."""
+    found: list[tuple[str, str, Any]] = []
+    job_name = trainer_job.name
+    merged_jobs = template.model_dump(by_alias=True, exclude_none=True, mode="json").get("replicatedJobs", [])
+    base_jobs = runtime.spec.template.spec.model_dump(by_alias=True, exclude_none=True, mode="json").get(
+        "replicatedJobs", [])
+
+    def pod_of(jobs: list, name: str) -> dict:
+        job = next((j for j in jobs if j.get("name") == name), {})
+        return (((job.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+
+    pod_doc, base_pod = pod_of(merged_jobs, job_name), pod_of(base_jobs, job_name)
+    where = f"spec.runtimePatches: replicatedJobs[{job_name}] pod spec"
+    for key, value in pod_doc.items():
+        if key not in _POD_NEUTRAL and value != base_pod.get(key):
+            found.append((key, f"{where}.{key}", value))
+    base_containers = {c.get("name"): c for c in base_pod.get("containers", [])}
+    for other in pod_doc.get("containers", []):
+        name = other.get("name")
+        if name != container.name and other != base_containers.get(name):
+            found.append(("containers", f"{where}.containers[{name}]", "a container beside 'node'"))
+    base_node = base_containers.get(container.name) or {}
+    container_doc = container.model_dump(by_alias=True, exclude_none=True, mode="json")
+    for key, value in container_doc.items():
+        if key not in _CONTAINER_READ and value != base_node.get(key):
+            found.append((key, f"{where}.containers[node].{key}", value))
+    if image and cluster.spec.defaults.container_runtime == "none" and trainjob.spec.trainer is not None \
+            and trainjob.spec.trainer.image:
+        found.append(("image", "spec.trainer.image", image))
+    if trainjob.spec.initializer is not None:
+        found.append(("initializer", "spec.initializer", "dataset/model initializers"))
+    required = set(cluster.spec.defaults.must_honour)
+    notes = []
+    for key, where, value in found:
+        if key in required or "*" in required:
+            raise InvalidSpec(where, value, f"a Kubernetes field a {cluster.spec.type} cluster cannot honour, and "
+                              f"cluster {cluster.name!r} requires it honoured (spec.defaults.mustHonour)")
+        what = ("runs on the host: the cluster has no container runtime (spec.defaults.containerRuntime)"
+                if key == "image" else f"not honoured on a {cluster.spec.type} cluster")
+        notes.append(f"{where}: {what}")
+    return tuple(notes)
+
+
+def _jobset_metadata(trainjob: TrainJob, runtime) -> Mapping[str, Mapping[str, str]]:
+    """The JobSet's own labels and annotations, as Kubeflow propagates them: the runtime template's metadata,
+    then each runtime patch's ``template.metadata`` in order."""
+    merged: dict[str, dict[str, str]] = {"labels": {}, "annotations": {}}
+    meta = runtime.spec.template.metadata
+    if meta is not None:
+        merged["labels"].update(meta.labels or {})
+        merged["annotations"].update(meta.annotations or {})
+    for index, patch in enumerate(trainjob.spec.runtime_patches or []):
+        where = f"spec.runtimePatches[{index}].trainingRuntimeSpec.template.metadata"
+        spec = patch.training_runtime_spec if isinstance(patch.training_runtime_spec, dict) else {}
+        template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+        patch_meta = template.get("metadata")
+        if patch_meta is None:
+            continue
+        if not isinstance(patch_meta, dict):
+            raise InvalidSpec(where, patch_meta, "must be a mapping with labels and annotations")
+        for key in ("labels", "annotations"):
+            values = patch_meta.get(key) or {}
+            if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+                raise InvalidSpec(f"{where}.{key}", values, "must map names to strings")
+            merged[key].update(values)
+    from bridge.api.names import check_annotations
+
+    try:
+        check_annotations(merged["annotations"])
+    except ValueError as exc:
+        raise InvalidSpec("spec.runtimePatches (JobSet metadata.annotations)", None, str(exc)) from None
+    return merged
 
 
 def check_identity(plan: LaunchPlan) -> None:
@@ -533,8 +636,15 @@ def _node_resources(runtime: ResourceRequirements | None, trainjob: ResourceRequ
                 gpus, gpu_resource = int(amount), name
         else:
             extra.append((name, str(value)))
+    given: dict[str, dict[str, Any]] = {"requests": {}, "limits": {}}
+    for source in (runtime, trainjob):
+        if source is not None:
+            given["requests"].update(source.requests or {})
+            given["limits"].update(source.limits or {})
     return NodeResources(cpu=cpu, memory_bytes=memory, gpus=gpus, gpu_resource=gpu_resource, extra=tuple(extra),
-                         quantities=tuple((name, str(value)) for name, value in sorted(requests.items())))
+                         quantities=tuple((name, str(value)) for name, value in sorted(requests.items())),
+                         given_requests=tuple((n, str(v)) for n, v in given["requests"].items()),
+                         given_limits=tuple((n, str(v)) for n, v in given["limits"].items()))
 
 
 def _node_count(trainjob: TrainJob, policy) -> int:

@@ -285,7 +285,7 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
                               f"takes batch scripts (sbatch, here or over ssh); cluster {target.name} is "
                               f"{target.spec.type}" + (" over slurmrestd" if target.spec.type == "slurm" else ""))
     adapter.check_options(plan)
-    return Prepared(adapter, plan, adapter.render(plan), notes)
+    return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes))
 
 
 def _workdir_relative_to_file(trainjob: TrainJob, path: str | None, key: str) -> TrainJob:

@@ -178,6 +178,9 @@ class ClusterDefaults(WireModel):
     #: batch-script options that change identity or privilege (``--uid``, ``--gid``, ``--get-user-env``) that
     #: TrainJobs and batch scripts may pass to this cluster; none unless listed
     allow_privileged_options: list[PrivilegedOption] = Field(default_factory=list)
+    #: Kubernetes-only fields (``nodeSelector``, ``tolerations``, ``image``…, or ``"*"``) that this cluster must
+    #: honour: a TrainJob that sets one is refused here instead of run with a note that it was not honoured
+    must_honour: list[str] = Field(default_factory=list, max_length=64)
 
     @field_validator("partition", "account", "qos")
     @classmethod

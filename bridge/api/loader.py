@@ -63,6 +63,24 @@ def format_loc(loc: Iterable[Any]) -> str:
     return _short(path)
 
 
+#: fields older Kubeflow Trainer releases (and their docs) had, with what replaced them: a bare "unknown
+#: field" would send the user searching (reference: shared/reference/kubeflow-trainer-api.md, releases table)
+STALE_FIELDS: dict[str, str] = {
+    "spec.mlPolicy.torch.numProcPerNode": "removed in Trainer v2.2: give spec.trainer.numProcPerNode on the "
+                                          "TrainJob (an integer; left out, torch runs one process per GPU, else "
+                                          "per CPU)",
+    "spec.mlPolicy.torch.elasticPolicy": "removed in Trainer v2.2 (elastic training was never implemented)",
+    "spec.podSpecOverrides": "renamed podTemplateOverrides in Trainer v2.1, then replaced by spec.runtimePatches "
+                             "in v2.2",
+    "spec.podTemplateOverrides": "replaced by spec.runtimePatches in Trainer v2.2 (JobSet, Job and pod metadata "
+                                 "and a restricted pod spec, per manager)",
+    "spec.labels": "removed in Trainer v2.2: JobSet labels go in spec.runtimePatches[].trainingRuntimeSpec."
+                   "template.metadata.labels",
+    "spec.annotations": "removed in Trainer v2.2: JobSet annotations go in spec.runtimePatches[]."
+                        "trainingRuntimeSpec.template.metadata.annotations",
+}
+
+
 def invalid_from_validation(exc: ValidationError, source: str | None = None, prefix: str = "") -> InvalidSpec:
     """The first validation error as an InvalidSpec; the count of the others is appended."""
     errors = exc.errors(include_url=False)
@@ -71,6 +89,11 @@ def invalid_from_validation(exc: ValidationError, source: str | None = None, pre
     if prefix:
         path = f"{prefix}.{path}" if path else prefix
     problem = _PROBLEMS.get(first["type"]) or first["msg"]
+    if first["type"] == "extra_forbidden" and path in STALE_FIELDS:
+        problem = f"unknown field: {STALE_FIELDS[path]}"
+    elif path == "spec.trainer.numProcPerNode" and isinstance(first.get("input"), str):
+        problem = ("an integer since Trainer v2.2 (\"auto\", \"cpu\" and \"gpu\" were v2.0–v2.1 values): leave it out "
+                   "for one process per GPU, else per CPU")
     if problem.startswith("Value error, "):
         problem = problem[len("Value error, "):]
     if len(errors) > 1:

@@ -274,7 +274,8 @@ def test_uuid_uids_and_kubernetes_style_labels_still_load() -> None:
 def test_jobset_labels_are_checked_before_anything_is_sent() -> None:
     """A label that got past loading (set in code, not validated) is still refused by the renderer."""
     plan = plan_for(trainjob_doc(), "kubernetes")
-    refused(render_objects, dataclasses.replace(plan, labels={"team": "a;b"}), field="metadata.labels[team]")
+    refused(render_objects, dataclasses.replace(plan, jobset_metadata={"labels": {"team": "a;b"}}),
+            field="metadata.labels[team]")
 
 
 def test_runtime_template_labels_and_node_selector_are_checked() -> None:

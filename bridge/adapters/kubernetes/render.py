@@ -50,8 +50,19 @@ def _labels(plan: LaunchPlan) -> dict[str, str]:
     return {NAME_LABEL: plan.name, UID_LABEL: plan.uid}
 
 
-def _quantity_map(plan: LaunchPlan) -> dict[str, Any]:
-    return dict(plan.resources.quantities)
+#: resources the API server takes in requests alone; any other (nvidia.com/gpu…) needs a limit to match
+_OVERCOMMITTABLE = ("cpu", "memory", "ephemeral-storage")
+
+
+def _container_resources(plan: LaunchPlan) -> dict[str, Any]:
+    """Requests and limits as the TrainJob and runtime give them (each merged per key, as Kubeflow does). An
+    extended resource asked for only in requests also gets it as its limit: the API server refuses such pods."""
+    requests = dict(plan.resources.given_requests)
+    limits = dict(plan.resources.given_limits)
+    for name, value in requests.items():
+        if name not in limits and name not in _OVERCOMMITTABLE and not name.startswith("hugepages-"):
+            limits[name] = value
+    return {key: value for key, value in (("limits", limits), ("requests", requests)) if value}
 
 
 def _trainer_job(jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -109,16 +120,20 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         container["image"] = plan.image
     elif not container.get("image"):
         raise InvalidSpec("spec.trainer.image", None, "Kubernetes needs an image (TrainJob or runtime)")
-    container["command"] = list(plan.command)
-    container.pop("args", None)
+    if plan.command:
+        container["command"] = list(plan.command)
+        container.pop("args", None)
+    else:
+        # no command from the TrainJob or runtime: the image's entrypoint runs, as with Kubeflow
+        container.pop("command", None)
     user_env = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
                  **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
     user_env += [{"name": name, "value": value} for name, value in (*job_environment(plan),
                                                                       *step_guard_env(plan).items())]
     _set_env(container, user_env)
-    resources = _quantity_map(plan)
+    resources = _container_resources(plan)
     if resources:
-        container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
+        container["resources"] = copy.deepcopy(resources)
 
     subdomain = (spec.get("network") or {}).get("subdomain") or plan.name
     if not isinstance(subdomain, str) or len(subdomain) > 253 or not _DNS_SUBDOMAIN.fullmatch(subdomain):
@@ -145,7 +160,8 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
             pod_meta["labels"][ACCOUNT_LABEL] = plan.options.account
     if plan.suspend:
         spec["suspend"] = True
-    labels = {**dict(plan.labels), **_labels(plan)}
+    # the JobSet's own metadata as Kubeflow gives it (runtime template, then runtime patches), plus identity
+    labels = {**dict(plan.jobset_metadata.get("labels") or {}), **_labels(plan)}
     if plan.options.account:
         labels[ACCOUNT_LABEL] = plan.options.account
     _check_labels("metadata.labels", labels)
@@ -153,6 +169,8 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         pod_labels = job["template"]["spec"]["template"]["metadata"]["labels"]
         _check_labels(f"runtime {plan.runtime_name}: replicatedJobs[{job.get('name')}] pod labels", pod_labels)
     metadata: dict[str, Any] = {"name": plan.name, "namespace": plan.namespace, "labels": labels}
+    if plan.jobset_metadata.get("annotations"):
+        metadata["annotations"] = dict(plan.jobset_metadata["annotations"])
     return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
 
 
@@ -236,7 +254,7 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
             if worker_container is not None:
                 _set_env(worker_container, user_env)
                 if resources:
-                    worker_container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
+                    worker_container["resources"] = copy.deepcopy(resources)
     else:
         _set_pod_count(trainer, plan.nodes)
         peers = hostnames(plan, trainer["name"], plan.nodes, subdomain)
