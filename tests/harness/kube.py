@@ -136,6 +136,9 @@ COMPONENTS: tuple[Component, ...] = (
     Component("kwok", BUILD_ROOT / "kwok", "sigs.k8s.io/kwok", ("sigs.k8s.io/kwok/cmd/kwok",), ("kwok",)),
     Component("jobset", BUILD_ROOT / "jobset", "sigs.k8s.io/jobset", ("sigs.k8s.io/jobset",), ("jobset",),
               lambda version: [f"-X sigs.k8s.io/jobset/pkg/version.GitVersion={version}"]),
+    # the upstream Kubeflow Trainer controller: the oracle for the JobSets hpc-bridge renders (started on demand)
+    Component("trainer", BUILD_ROOT / "trainer", "github.com/kubeflow/trainer/v2",
+              ("github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",), ("trainer-controller-manager",)),
 )
 
 
@@ -672,6 +675,67 @@ class KubeCluster:
             return bool(got.get("spec", {}).get("successPolicy"))  # set by the mutating webhook
 
         self._wait("JobSet webhooks admitting a JobSet", deadline, admitted, interval=0.5)
+
+    def start_trainer(self, timeout: float = 120.0) -> Path:
+        """Kubeflow Trainer's controller manager (v2.3, built from its Go module) on this cluster: its CRDs,
+        the controller as a plain process on loopback, and its webhooks registered by URL with this cluster's
+        serving certificate. Returns the Trainer module's directory (its shipped runtimes live there)."""
+        import base64
+
+        from kubernetes import client
+
+        trainer = next(c for c in COMPONENTS if c.name == "trainer")
+        src = module_dir(trainer)
+        deadline = time.monotonic() + timeout
+        ext = client.ApiextensionsV1Api(self._client)
+        names = []
+        for path in sorted((src / "manifests" / "base" / "crds").glob("trainer.kubeflow.org_*.yaml")):
+            crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+            ext.create_custom_resource_definition(crd)
+            names.append(crd["metadata"]["name"])
+        for name in names:
+            self._wait(f"CRD {name} Established", deadline, lambda n=name: any(
+                c.type == "Established" and c.status == "True"
+                for c in ext.read_custom_resource_definition(n).status.conditions or []))
+        webhook_port, health_port = _free_ports(2)
+        tmpdir = self.base_dir / "trainer-tmp"
+        # Trainer's Configuration has no certDir: controller-runtime reads $TMPDIR/k8s-webhook-server/serving-certs
+        certs = tmpdir / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.pki["serving"], certs / "tls.crt")
+        shutil.copyfile(self.pki["serving_key"], certs / "tls.key")
+        config = self.base_dir / "trainer-config.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+            "webhook": {"host": "127.0.0.1", "port": webhook_port}, "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+            "leaderElection": {"leaderElect": False}, "certManagement": {"enable": False},
+        }), encoding="utf-8")
+        binary = trainer.paths()["trainer-controller-manager"]
+        self._spawn("trainer", [str(binary), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
+                                "--zap-log-level=2"], env={"TMPDIR": str(tmpdir)})
+        self._wait("trainer /readyz", deadline, lambda: self._http_ok(f"http://127.0.0.1:{health_port}/readyz"))
+        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
+        hooks = src / "manifests" / "base" / "webhook"
+        patches = {"MutatingWebhookConfiguration": yaml.safe_load((hooks / "patch_mutating.yaml").read_text()),
+                   "ValidatingWebhookConfiguration": yaml.safe_load((hooks / "patch_validating.yaml").read_text())}
+        admission = client.AdmissionregistrationV1Api(self._client)
+        for doc in (d for d in yaml.safe_load_all((hooks / "manifests.yaml").read_text(encoding="utf-8")) if d):
+            # what Trainer's kustomize patches do: the configurations' names and the runtime webhooks' selector
+            for op in patches[doc["kind"]]:
+                parts = op["path"].strip("/").split("/")
+                if parts == ["metadata", "name"]:
+                    doc["metadata"]["name"] = op["value"]
+                elif parts[0] == "webhooks" and parts[2] == "objectSelector":
+                    doc["webhooks"][int(parts[1])]["objectSelector"] = op["value"]
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
+            if doc["kind"] == "MutatingWebhookConfiguration":
+                admission.create_mutating_webhook_configuration(doc)
+            else:
+                admission.create_validating_webhook_configuration(doc)
+        return src
 
     def _jobset_webhook_configs(self, src: Path) -> list[dict[str, Any]]:
         """JobSet's webhook manifests with a URL clientConfig (+ our CA) instead of an in-cluster Service,

@@ -75,7 +75,7 @@ def test_torch_two_nodes_scheduled_and_completed(kube_cluster, kube_api, namespa
         node = next(c for c in pod.spec.containers if c.name == "node")
         assert node.resources.requests == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
         env = {e.name: e.value for e in node.env}
-        assert env["EPOCHS"] == "3" and env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "1"
+        assert env["EPOCHS"] == "3" and env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "auto"  # GPUs, no numProcPerNode: as Kubeflow
         assert env["PET_MASTER_ADDR"] == "torch-two-node-0-0.torch-two"
         assert pod.metadata.labels["hpcbridge.io/uid"] == plan.uid
 

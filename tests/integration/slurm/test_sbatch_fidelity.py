@@ -18,6 +18,8 @@ import pytest
 
 from tests.harness.sbatch_oracle import Oracle, Outcome
 
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
 CORPUS = Path(__file__).parent / "sbatch_corpus"
 SCRIPTS = sorted(CORPUS.glob("*.sbatch"))
 #: what the other way in (convert --to trainjob, then submit the TrainJob) changes, on purpose: the job runs
