@@ -212,6 +212,14 @@ class LaunchPlan:
     batch_script: BatchScript | None = None
     #: what the plan cannot honour on its cluster (Kubernetes-only fields), one line each for the user
     notes: tuple[str, ...] = ()
+    #: ``command`` as the trainer container's command and args, kept apart as Kubeflow keeps them (kubernetes)
+    container_command: tuple[str, ...] = ()
+    container_args: tuple[str, ...] = ()
+    #: whether the TrainJob has a ``trainer`` section: Kubeflow's framework plugins inject their environment
+    #: (PET_*, JAX_*, DMLC_*) only then
+    trainer_given: bool = True
+    #: whether numProcPerNode was given (Kubeflow's torch plugin says "auto" otherwise, when there are GPUs)
+    procs_per_node_given: bool = False
 
     @property
     def total_procs(self) -> int:
@@ -358,6 +366,10 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         procs_per_node=procs,
         resources=resources,
         command=argv,
+        container_command=command,
+        container_args=args,
+        trainer_given=trainjob.spec.trainer is not None,
+        procs_per_node_given=spec_trainer is not None and spec_trainer.num_proc_per_node is not None,
         env=env,
         image=image,
         container_runtime=cluster.spec.defaults.container_runtime,

@@ -120,12 +120,13 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         container["image"] = plan.image
     elif not container.get("image"):
         raise InvalidSpec("spec.trainer.image", None, "Kubernetes needs an image (TrainJob or runtime)")
-    if plan.command:
-        container["command"] = list(plan.command)
-        container.pop("args", None)
-    else:
-        # no command from the TrainJob or runtime: the image's entrypoint runs, as with Kubeflow
-        container.pop("command", None)
+    # command and args as Kubeflow sets them, each from the TrainJob or else the runtime; with neither, the
+    # image's entrypoint runs
+    for key, value in (("command", plan.container_command), ("args", plan.container_args)):
+        if value:
+            container[key] = list(value)
+        else:
+            container.pop(key, None)
     user_env = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
                  **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
     user_env += [{"name": name, "value": value} for name, value in (*job_environment(plan),
@@ -145,8 +146,21 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         peers = _mpi(plan, jobs, trainer, node_job, container, subdomain, user_env, resources)
     else:
         _set_pod_count(trainer, plan.nodes)
-        if plan.launcher == Launcher.TORCHRUN:
-            _torch(plan, container)
+        # Kubeflow's framework plugins add their environment only when the TrainJob has a trainer section
+        if plan.trainer_given:
+            if plan.launcher == Launcher.TORCHRUN:
+                _torch(plan, container)
+            elif plan.framework == "jax":
+                _jax(plan, container)
+            elif plan.framework == "xgboost":
+                _xgboost(plan, container)
+    counted = node_job if plan.launcher in MPI_LAUNCHERS else trainer
+    for job in jobs:
+        if job is not counted:
+            # every other replicated job (initializers, an MPI launcher) runs one pod, stated as Kubeflow states it
+            job_spec = job.setdefault("template", {}).setdefault("spec", {})
+            job_spec.setdefault("parallelism", 1)
+            job_spec.setdefault("completions", job_spec["parallelism"])
 
     placement = _placement(plan)
     for job in jobs:
@@ -158,8 +172,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         _place(_pod_spec(job), placement)
         if plan.options.account:
             pod_meta["labels"][ACCOUNT_LABEL] = plan.options.account
-    if plan.suspend:
-        spec["suspend"] = True
+    spec["suspend"] = bool(plan.suspend)  # stated either way, as Kubeflow's controller does
     # the JobSet's own metadata as Kubeflow gives it (runtime template, then runtime patches), plus identity
     labels = {**dict(plan.jobset_metadata.get("labels") or {}), **_labels(plan)}
     if plan.options.account:
@@ -232,7 +245,9 @@ def _torch(plan: LaunchPlan, container: dict[str, Any]) -> None:
     master = f"{plan.name}-node-0-0.{plan.name}"
     _set_env(container, [
         {"name": "PET_NNODES", "value": str(plan.nodes)},
-        {"name": "PET_NPROC_PER_NODE", "value": str(plan.procs_per_node)},
+        # Kubeflow: the TrainJob's numProcPerNode, else "auto" (one per GPU) when GPUs are asked for, else CPUs
+        {"name": "PET_NPROC_PER_NODE", "value": "auto" if plan.resources.gpus and not plan.procs_per_node_given
+         else str(plan.procs_per_node)},
         {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
             "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
         {"name": "PET_MASTER_ADDR", "value": master},
@@ -240,6 +255,36 @@ def _torch(plan: LaunchPlan, container: dict[str, Any]) -> None:
     ])
     ports = [p for p in container.get("ports", []) if p.get("containerPort") != plan.rdzv_port]
     container["ports"] = ports + [{"containerPort": plan.rdzv_port}]
+
+
+_COMPLETION_INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+
+
+def _coordinator_port(plan: LaunchPlan, container: dict[str, Any]) -> None:
+    ports = [p for p in container.get("ports", []) if p.get("containerPort") != plan.rdzv_port]
+    container["ports"] = ports + [{"containerPort": plan.rdzv_port}]
+
+
+def _jax(plan: LaunchPlan, container: dict[str, Any]) -> None:
+    """Kubeflow's JAX plugin: one process per node, the first pod coordinates."""
+    _set_env(container, [
+        {"name": "JAX_NUM_PROCESSES", "value": str(plan.nodes)},
+        {"name": "JAX_PROCESS_ID", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
+        {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{plan.name}-node-0-0.{plan.name}:{plan.rdzv_port}"},
+    ])
+    _coordinator_port(plan, container)
+
+
+def _xgboost(plan: LaunchPlan, container: dict[str, Any]) -> None:
+    """Kubeflow's XGBoost plugin: the first pod runs the tracker; one worker per GPU, else one per node."""
+    workers = plan.nodes * (plan.resources.gpus or 1)
+    _set_env(container, [
+        {"name": "DMLC_TRACKER_URI", "value": f"{plan.name}-node-0-0.{plan.name}"},
+        {"name": "DMLC_TRACKER_PORT", "value": str(plan.rdzv_port)},
+        {"name": "DMLC_TASK_ID", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
+        {"name": "DMLC_NUM_WORKER", "value": str(workers)},
+    ])
+    _coordinator_port(plan, container)
 
 
 def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_env, resources) -> list[Peer]:
