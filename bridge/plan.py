@@ -220,6 +220,10 @@ class LaunchPlan:
     trainer_given: bool = True
     #: whether numProcPerNode was given (Kubeflow's torch plugin says "auto" otherwise, when there are GPUs)
     procs_per_node_given: bool = False
+    #: whether the TrainJob gave the command itself (Kubeflow's torchtune rewriting keys on it)
+    trainer_command_given: bool = False
+    #: the torch policy's ``envInjection`` targets: (replicated job, container names) that get PET_* too
+    env_injection: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def total_procs(self) -> int:
@@ -370,6 +374,10 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         container_args=args,
         trainer_given=trainjob.spec.trainer is not None,
         procs_per_node_given=spec_trainer is not None and spec_trainer.num_proc_per_node is not None,
+        trainer_command_given=spec_trainer is not None and spec_trainer.command is not None,
+        env_injection=tuple((t.job_name, tuple(t.container_names))
+                            for t in ((policy.torch.env_injection.targets or []) if policy and policy.torch
+                                      and policy.torch.env_injection else [])),
         env=env,
         image=image,
         container_runtime=cluster.spec.defaults.container_runtime,

@@ -197,7 +197,8 @@ class Oracle:
         try:
             oracle = self.kubeflow_jobset(path)
         except Exception as exc:  # noqa: BLE001 - reported as the outcome
-            return Outcome(name, f"Kubeflow made no JobSet: {type(exc).__name__}: {str(exc)[:300]}")
+            body = getattr(exc, "body", None) or str(exc)
+            return Outcome(name, f"Kubeflow made no JobSet: {type(exc).__name__}: {str(body)[-400:]}")
         try:
             ours, others = self.our_objects(path)
         except Exception as exc:  # noqa: BLE001

@@ -183,3 +183,55 @@ def test_a_cluster_can_require_a_field_honoured() -> None:
     with pytest.raises(InvalidSpec):
         resolve(job, runtime(), cluster("flux", mustHonour=["*"]))
     assert resolve(job, runtime(), cluster("slurm", mustHonour=["image"])).notes
+
+
+def _runtime_named(name: str, pod: dict, policy: dict | None = None):
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": name},
+           "spec": {"mlPolicy": {"numNodes": 1, "torch": policy or {}}, "template": {"spec": {"replicatedJobs": [{
+               "name": "node", "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                                            "spec": {"template": {"spec": pod}}}}]}}}}
+    return load_documents(yaml.safe_dump(doc))[0]
+
+
+@pytest.mark.parametrize(("gpus", "nodes", "args", "expected"), [
+    ("2", 1, [], ["--rdzv_endpoint=j-node-0-0.j:29500", "full_finetune_distributed", "--config", "llama3_2/1B_full"]),
+    ("1", 1, [], ["full_finetune_single_device", "--config", "llama3_2/1B_full_single_device"]),
+    ("1", 1, ["model.quantize_base=True"], ["lora_finetune_single_device", "--config", "llama3_2/1B_qlora_single_device"]),
+    ("2", 1, ["model.lora_attn_modules=[q_proj]"],
+     ["--rdzv_endpoint=j-node-0-0.j:29500", "lora_finetune_distributed", "--config", "llama3_2/1B_lora"]),
+    ("1", 2, [], ["--rdzv_endpoint=j-node-0-0.j:29500", "full_finetune_distributed", "--config",
+                  "llama3_2/1B_full_multinode"]),
+])
+def test_torchtune_tune_run_gets_kubeflows_recipe_arguments(gpus, nodes, args, expected) -> None:
+    from bridge.adapters.kubernetes.render import jobset
+
+    rt = _runtime_named("torchtune-llama3.2-1b", {"containers": [{"name": "node", "image": "tune:1", "command": [
+        "tune", "run", "--rdzv_endpoint=localhost:29500", "full_finetune_distributed", "--config", "llama3_2/1B_full",
+        "dataset.source=parquet", "output_dir=/workspace/output", "tokenizer.path=/workspace/model/t.model"]}]})
+    job = load_documents(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
+        "spec": {"runtimeRef": {"name": "torchtune-llama3.2-1b"}, "trainer": {
+            "command": ["tune", "run"], "args": args, "numNodes": nodes,
+            "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}}))[0]
+    pod = jobset(resolve(job, rt, cluster("kubernetes")))[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    node = pod["spec"]["containers"][0]
+    # the runtime's fixed paths stay; its other items are the TrainJob's to give
+    assert node["command"] == ["tune", "run", *expected, "output_dir=/workspace/output",
+                               "tokenizer.path=/workspace/model/t.model"]
+    assert node.get("args", []) == args
+    names = {e["name"] for e in node["env"]}
+    assert {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK"} <= names and "PET_MASTER_ADDR" not in names
+
+
+def test_env_injection_reaches_the_named_containers() -> None:
+    from bridge.adapters.kubernetes.render import jobset
+
+    pod = {"initContainers": [{"name": "preflight", "image": "b"}], "containers": [{"name": "node", "image": "p"}]}
+    policy = {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["preflight"]}]}}
+    job = load_documents(yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                         "metadata": {"name": "j"}, "spec": {"runtimeRef": {"name": "inj"},
+                                                                             "trainer": {"command": ["torchrun"]}}}))[0]
+    rendered = jobset(resolve(job, _runtime_named("inj", pod, policy), cluster("kubernetes")))[0]
+    init = rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["initContainers"][0]
+    assert {e["name"] for e in init["env"]} == {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
+                                                "PET_MASTER_ADDR", "PET_MASTER_PORT"}

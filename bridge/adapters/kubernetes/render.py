@@ -120,6 +120,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         container["image"] = plan.image
     elif not container.get("image"):
         raise InvalidSpec("spec.trainer.image", None, "Kubernetes needs an image (TrainJob or runtime)")
+    runtime_command = list(container.get("command") or [])
     # command and args as Kubeflow sets them, each from the TrainJob or else the runtime; with neither, the
     # image's entrypoint runs
     for key, value in (("command", plan.container_command), ("args", plan.container_args)):
@@ -149,11 +150,13 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         # Kubeflow's framework plugins add their environment only when the TrainJob has a trainer section
         if plan.trainer_given:
             if plan.launcher == Launcher.TORCHRUN:
-                _torch(plan, container)
+                _torch(plan, container, runtime_command)
             elif plan.framework == "jax":
                 _jax(plan, container)
             elif plan.framework == "xgboost":
                 _xgboost(plan, container)
+    if plan.env_injection:
+        _inject_torch_env(plan, jobs)
     counted = node_job if plan.launcher in MPI_LAUNCHERS else trainer
     for job in jobs:
         if job is not counted:
@@ -241,20 +244,83 @@ def _place(pod: dict[str, Any], placement: dict[str, Any]) -> None:
         pod.setdefault("affinity", {})["podAntiAffinity"] = copy.deepcopy(placement["affinity"]["podAntiAffinity"])
 
 
-def _torch(plan: LaunchPlan, container: dict[str, Any]) -> None:
+#: Kubeflow's torchtune entrypoint: a TrainJob whose command is exactly this gets its recipe arguments added
+TORCHTUNE_ENTRYPOINT = ("tune", "run")
+#: runtime command items a torchtune TrainJob keeps (where the runtime put the model, tokenizer and output)
+_TORCHTUNE_KEPT = {"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir", "tokenizer.merges_file"}
+
+
+def _torch(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str]) -> None:
+    """Kubeflow's torch plugin: PET_* for torchrun (and the master address, except for torchtune, which gets a
+    rendezvous argument instead) and the rendezvous port."""
     master = f"{plan.name}-node-0-0.{plan.name}"
-    _set_env(container, [
+    nproc = "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
+    env = [
         {"name": "PET_NNODES", "value": str(plan.nodes)},
-        # Kubeflow: the TrainJob's numProcPerNode, else "auto" (one per GPU) when GPUs are asked for, else CPUs
-        {"name": "PET_NPROC_PER_NODE", "value": "auto" if plan.resources.gpus and not plan.procs_per_node_given
-         else str(plan.procs_per_node)},
-        {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
-            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
-        {"name": "PET_MASTER_ADDR", "value": master},
-        {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)},
-    ])
-    ports = [p for p in container.get("ports", []) if p.get("containerPort") != plan.rdzv_port]
-    container["ports"] = ports + [{"containerPort": plan.rdzv_port}]
+        # the TrainJob's numProcPerNode, else "auto" (one per GPU) when GPUs are asked for, else the CPU count
+        {"name": "PET_NPROC_PER_NODE", "value": nproc},
+        {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
+    ]
+    if plan.trainer_command_given and tuple(plan.container_command) == TORCHTUNE_ENTRYPOINT:
+        container["command"] = [*plan.container_command, *_torchtune_arguments(plan, nproc, runtime_command)]
+    else:
+        env += [{"name": "PET_MASTER_ADDR", "value": master}, {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)}]
+    _set_env(container, env)
+    _coordinator_port(plan, container)
+
+
+def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
+    """The torch policy's ``envInjection``: PET_* and the master address in the named containers (init
+    containers and sidecars that check or coordinate), whatever the trainer's own command is."""
+    nproc = "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
+    env = [{"name": "PET_NNODES", "value": str(plan.nodes)}, {"name": "PET_NPROC_PER_NODE", "value": nproc},
+           {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
+           {"name": "PET_MASTER_ADDR", "value": f"{plan.name}-node-0-0.{plan.name}"},
+           {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)}]
+    for job_name, names in plan.env_injection:
+        job = next((j for j in jobs if j.get("name") == job_name), None)
+        pod = _pod_spec(job) if job is not None else {}
+        for name in names:
+            found = next((c for c in [*pod.get("initContainers", []), *pod.get("containers", [])]
+                          if c.get("name") == name), None)
+            if found is None:
+                raise InvalidSpec(f"runtime {plan.runtime_name}: spec.mlPolicy.torch.envInjection", f"{job_name}/{name}",
+                                  "no such container in the runtime's template")
+            _set_env(found, copy.deepcopy(env))
+
+
+def _torchtune_arguments(plan: LaunchPlan, nproc: str, runtime_command: list[str]) -> list[str]:
+    """What Kubeflow appends to ``tune run``: the rendezvous endpoint when more than one process runs, the
+    recipe and config for the node count, GPUs and LoRA/QLoRA arguments, and the runtime's fixed paths."""
+    args = list(plan.container_args)
+    gpus = plan.resources.gpus
+
+    def enabled(item: str) -> bool:
+        return any(key.strip() and item in key and value.strip().lower() == "true"
+                   for key, _, value in (arg.partition("=") for arg in args if "=" in arg))
+
+    qlora = enabled("model.quantize_base") and not enabled("model.use_dora")
+    lora = any("model.lora_attn_modules" in arg for arg in args)
+    one_process = nproc == "1" or gpus == 1
+    out: list[str] = []
+    if plan.nodes > 1 or (nproc.isdigit() and int(nproc) > 1) or (nproc == "auto" and gpus > 1):
+        out.append(f"--rdzv_endpoint={plan.name}-node-0-0.{plan.name}:{plan.rdzv_port}")
+    recipe, suffix = "full_finetune_distributed", "_full"
+    if plan.nodes == 1 and one_process:
+        recipe, suffix = (("lora_finetune_single_device", "_qlora_single_device") if qlora else
+                          ("lora_finetune_single_device", "_lora_single_device") if lora else
+                          ("full_finetune_single_device", "_full_single_device"))
+    elif plan.nodes == 1 and qlora:
+        recipe, suffix = "lora_finetune_distributed", "_qlora"
+    elif plan.nodes == 1 and lora:
+        recipe, suffix = "lora_finetune_distributed", "_lora"
+    elif plan.nodes > 1:
+        suffix = "_full_multinode"
+    fields = plan.runtime_name.split("-")
+    model = f"{fields[1].replace('.', '_')}/{fields[2].upper()}" if len(fields) == 3 else ""
+    out += [recipe, "--config", f"{model}{suffix}"]
+    out += [item for item in runtime_command if item.split("=")[0] in _TORCHTUNE_KEPT]
+    return out
 
 
 _COMPLETION_INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}

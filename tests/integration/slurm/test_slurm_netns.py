@@ -118,3 +118,26 @@ def test_ssh_transport_reads_stdout_and_stderr_together(netns_hosts) -> None:
         assert streamed == "line 1\nline 2\nline 3\n"
     finally:
         transport.close()
+
+
+def test_batch_script_over_ssh_is_sent_as_it_is(netns_slurm, netns_hosts, tmp_path) -> None:
+    """Over SSH the user's script goes on sbatch's stdin, unchanged; sbatch's default name (the file's) is
+    given explicitly, and the identity is appended to the user's comment."""
+    from bridge import service
+
+    login = netns_hosts.host("node-0")
+    cluster = bridge_cluster(netns_slurm, transport="ssh", host=login.ip, user="root",
+                             keyFile=str(netns_hosts.client_key), knownHostsFile=str(netns_hosts.known_hosts))
+    script = tmp_path / "verbatim.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --comment='kept comment'\n#SBATCH -o {tmp_path}/%x-%j.out\n"
+                      "echo \"name=$SLURM_JOB_NAME on $(hostname)\"\n")
+    prepared = service.prepare(service.read_input(str(script)), cluster="nsslurm", configured={"nsslurm": cluster})
+    assert prepared.artifact.main == script.read_text()
+    assert prepared.artifact.command[-1] == "--job-name=verbatim.sbatch"  # no file argument: stdin
+    submitted = service.submit(prepared)
+    adapter = prepared.adapter
+    status = wait_for(adapter, submitted.ref, finished)
+    assert status.state == JobState.SUCCEEDED
+    assert re.match(r"name=verbatim\.sbatch on node-\d", "".join(adapter.logs(submitted.ref)))
+    info = netns_slurm.run("scontrol", "--oneliner", "show", "job", submitted.ref.job_id).stdout
+    assert re.search(r"Comment=kept comment hpcbridge\.io/uid=[0-9a-f-]{36} ", info), info
