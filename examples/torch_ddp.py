@@ -21,4 +21,7 @@ print(f"worker {rank}/{world} (node {os.environ.get('GROUP_RANK', '?')}): grad={
 if rank == 0:
     ok = abs(grad - expected) < 1e-6 and abs(check.item() - world * expected) < 1e-4
     print(f"ddp allreduce result: {check.item():.3f} {'OK' if ok else 'WRONG'}", flush=True)
+# every rank past its last collective before any closes its connections: gloo aborts a rank whose peer
+# disconnects first ("terminate called without an active exception"), failing a job that succeeded
+dist.barrier()
 dist.destroy_process_group()

@@ -69,9 +69,13 @@ _COMMENT_UID = re.compile(rf"(?:^|\s){re.escape(COMMENT_PREFIX)}(\S+)\s*$")
 
 
 def comment_uid(comment: str) -> str | None:
-    """The uid hpc-bridge appended to a job's comment (the last word), else None."""
+    """The uid hpc-bridge appended to a job's comment (the last word); for jobs submitted before the uid was
+    appended, the first word; else None."""
     match = _COMMENT_UID.search(comment)
-    return match.group(1) if match else None
+    if match:
+        return match.group(1)
+    head = comment.split(" ", 1)[0]
+    return head[len(COMMENT_PREFIX):] or None if head.startswith(COMMENT_PREFIX) else None
 
 
 def sbatch_command(plan: LaunchPlan, file_argument: bool) -> tuple[str, ...]:
