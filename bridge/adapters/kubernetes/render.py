@@ -250,33 +250,36 @@ TORCHTUNE_ENTRYPOINT = ("tune", "run")
 _TORCHTUNE_KEPT = {"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir", "tokenizer.merges_file"}
 
 
+def _torch_nproc(plan: LaunchPlan) -> str:
+    """PET_NPROC_PER_NODE as Kubeflow sets it: the TrainJob's numProcPerNode, else "auto" (one per GPU) when
+    GPUs are asked for, else the CPU count."""
+    return "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
+
+
+def _pet_env(plan: LaunchPlan, master: bool) -> list[dict[str, Any]]:
+    env = [{"name": "PET_NNODES", "value": str(plan.nodes)},
+           {"name": "PET_NPROC_PER_NODE", "value": _torch_nproc(plan)},
+           {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)}]
+    if master:
+        env += [{"name": "PET_MASTER_ADDR", "value": f"{plan.name}-node-0-0.{plan.name}"},
+                {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)}]
+    return env
+
+
 def _torch(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str]) -> None:
     """Kubeflow's torch plugin: PET_* for torchrun (and the master address, except for torchtune, which gets a
     rendezvous argument instead) and the rendezvous port."""
-    master = f"{plan.name}-node-0-0.{plan.name}"
-    nproc = "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
-    env = [
-        {"name": "PET_NNODES", "value": str(plan.nodes)},
-        # the TrainJob's numProcPerNode, else "auto" (one per GPU) when GPUs are asked for, else the CPU count
-        {"name": "PET_NPROC_PER_NODE", "value": nproc},
-        {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
-    ]
-    if plan.trainer_command_given and tuple(plan.container_command) == TORCHTUNE_ENTRYPOINT:
-        container["command"] = [*plan.container_command, *_torchtune_arguments(plan, nproc, runtime_command)]
-    else:
-        env += [{"name": "PET_MASTER_ADDR", "value": master}, {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)}]
-    _set_env(container, env)
+    torchtune = plan.trainer_command_given and tuple(plan.container_command) == TORCHTUNE_ENTRYPOINT
+    if torchtune:
+        container["command"] = [*plan.container_command,
+                                *_torchtune_arguments(plan, _torch_nproc(plan), runtime_command)]
+    _set_env(container, _pet_env(plan, master=not torchtune))
     _coordinator_port(plan, container)
 
 
 def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
     """The torch policy's ``envInjection``: PET_* and the master address in the named containers (init
     containers and sidecars that check or coordinate), whatever the trainer's own command is."""
-    nproc = "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
-    env = [{"name": "PET_NNODES", "value": str(plan.nodes)}, {"name": "PET_NPROC_PER_NODE", "value": nproc},
-           {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
-           {"name": "PET_MASTER_ADDR", "value": f"{plan.name}-node-0-0.{plan.name}"},
-           {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)}]
     for job_name, names in plan.env_injection:
         job = next((j for j in jobs if j.get("name") == job_name), None)
         pod = _pod_spec(job) if job is not None else {}
@@ -286,7 +289,7 @@ def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
             if found is None:
                 raise InvalidSpec(f"runtime {plan.runtime_name}: spec.mlPolicy.torch.envInjection", f"{job_name}/{name}",
                                   "no such container in the runtime's template")
-            _set_env(found, copy.deepcopy(env))
+            _set_env(found, _pet_env(plan, master=True))
 
 
 def _torchtune_arguments(plan: LaunchPlan, nproc: str, runtime_command: list[str]) -> list[str]:
