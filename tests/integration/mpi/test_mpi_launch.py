@@ -99,7 +99,9 @@ def test_mpich_hydra_allreduce_across_three_hosts(mpi_hosts, job_keys, programs)
 
 
 def test_env_is_forwarded_to_remote_ranks(mpi_hosts, job_keys) -> None:
-    script = "import os; from mpi4py import MPI; print('rank', MPI.COMM_WORLD.rank, 'sees', repr(os.environ['SECRET_SAUCE']))"
+    # one write per rank: print() writes its pieces one by one, and mpirun's forwarding interleaved them
+    script = ("import os; from mpi4py import MPI; os.write(1, f\"rank {MPI.COMM_WORLD.rank} sees "
+              "{os.environ['SECRET_SAUCE']!r}\\n\".encode())")
     value = "a 'quoted' $(value)\twith tab"
     results = finish(run_everywhere(
         mpi_hosts, lambda h: launch_argv(job_keys, mpi_hosts.hosts, "openmpi", [sys.executable, "-c", script],
