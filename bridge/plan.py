@@ -355,8 +355,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         _check_directive_value(source, workdir)
     _check_free_text(argv, env)
     launch_command = tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch"))
-    notes = () if cluster.spec.type == "kubernetes" else _unhonoured(trainjob, runtime, template, trainer_job,
-                                                                       container, image, cluster)
+    notes = _gang_note(runtime, cluster) if cluster.spec.type == "kubernetes" else \
+        _unhonoured(trainjob, runtime, template, trainer_job, container, image, cluster)
 
     plan = LaunchPlan(
         name=trainjob.name,
@@ -397,6 +397,22 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     )
     check_identity(plan)
     return plan
+
+
+def _gang_note(runtime, cluster: BridgeCluster) -> tuple[str, ...]:
+    """A runtime's podGroupPolicy on Kubernetes: hpc-bridge makes no PodGroup yet, so pods are scheduled one by
+    one; said (or refused, with ``mustHonour``), never dropped. A Slurm or Flux allocation starts every node
+    together, which is what the policy asks for."""
+    policy = runtime.spec.pod_group_policy
+    if policy is None:
+        return ()
+    kind = "coscheduling" if policy.coscheduling is not None else "volcano"
+    where = f"runtime {runtime.name}: spec.podGroupPolicy.{kind}"
+    required = set(cluster.spec.defaults.must_honour)
+    if "podGroupPolicy" in required or "*" in required:
+        raise InvalidSpec(where, kind, f"gang scheduling is not honoured on Kubernetes yet (no PodGroup is made), and "
+                          f"cluster {cluster.name!r} requires it honoured (spec.defaults.mustHonour)")
+    return (f"{where}: not honoured yet: no PodGroup is made, so the pods are scheduled one by one",)
 
 
 #: what a non-Kubernetes backend reads of the trainer's container; every other container field is Kubernetes'

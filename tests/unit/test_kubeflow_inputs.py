@@ -235,3 +235,15 @@ def test_env_injection_reaches_the_named_containers() -> None:
     init = rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["initContainers"][0]
     assert {e["name"] for e in init["env"]} == {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
                                                 "PET_MASTER_ADDR", "PET_MASTER_PORT"}
+
+
+def test_a_gang_policy_is_said_on_kubernetes_and_met_by_an_allocation_elsewhere() -> None:
+    doc = dict(TORCH_RUNTIME, spec={**TORCH_RUNTIME["spec"], "podGroupPolicy": {"coscheduling": {}}})
+    gang = load_documents(yaml.safe_dump(doc))[0]
+    job = trainjob(trainer={"command": ["x"]})
+    notes = resolve(job, gang, cluster("kubernetes")).notes
+    assert len(notes) == 1 and "podGroupPolicy.coscheduling" in notes[0] and "no PodGroup" in notes[0]
+    with pytest.raises(InvalidSpec) as excinfo:
+        resolve(job, gang, cluster("kubernetes", mustHonour=["podGroupPolicy"]))
+    assert "mustHonour" in excinfo.value.problem
+    assert not resolve(job, gang, cluster("slurm")).notes  # one allocation starts every node together
