@@ -88,7 +88,10 @@ def test_trainers_own_runtimes_folder_and_examples_work_as_they_are(trainer_clus
         result = subprocess.run([sys.executable, "-m", "bridge", "render", str(example), "--to", "kubernetes",
                                  "--runtimes", str(runtimes)], capture_output=True, text=True, cwd=ROOT)
         assert result.returncode == 0, (example.name, result.stderr)
-        assert result.stderr == "", (example.name, result.stderr)
+        # silent but for what is not honoured: the volcano example's gang policy (no PodGroup yet, issue #20)
+        notes = result.stderr.splitlines()
+        assert all(line.startswith("hpcbridge: note: ") for line in notes), (example.name, result.stderr)
+        assert bool(notes) == ("volcano" in example.name), (example.name, result.stderr)
         # elsewhere each Kubernetes-only field is one note, never silent
         slurm = subprocess.run([sys.executable, "-m", "bridge", "render", str(example), "--to", "slurm",
                                 "--runtimes", str(runtimes)], capture_output=True, text=True, cwd=ROOT)
