@@ -224,6 +224,9 @@ class LaunchPlan:
     trainer_command_given: bool = False
     #: the torch policy's ``envInjection`` targets: (replicated job, container names) that get PET_* too
     env_injection: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: the cluster's own copies of images (kubernetes): (image named, image run), and the pull policy to write
+    image_map: tuple[tuple[str, str], ...] = ()
+    image_pull_policy: str | None = None
 
     @property
     def total_procs(self) -> int:
@@ -394,6 +397,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         labels=dict(trainjob.metadata.labels or {}),
         jobset_metadata=_jobset_metadata(trainjob, runtime),
         notes=notes,
+        image_map=tuple(sorted(cluster.spec.kubernetes.images.items())) if cluster.spec.kubernetes else (),
+        image_pull_policy=cluster.spec.kubernetes.image_pull_policy if cluster.spec.kubernetes else None,
     )
     check_identity(plan)
     return plan

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up hpc-bridge on a fresh Debian 12 machine.
 #   scripts/setup.sh        what the local cluster needs: Open MPI, a venv with hpc-bridge and mpi4py
-#   scripts/setup.sh --all  everything the test suite needs too: MPICH, sshd, Slurm + munge, PyTorch (CPU use),
-#                           the dev tools
+#   scripts/setup.sh --all  everything the test suite needs too: MPICH, sshd, Slurm + munge, containerd + runc +
+#                           CNI plugins + debootstrap (real Kubernetes nodes), PyTorch (CPU use), the dev tools
 # The venv lives in ~/.cache/hpcbridge/venv (override with HPCBRIDGE_VENV); .venv in the repo links to it.
 # Re-running is cheap: packages already installed are skipped.
 set -euo pipefail
@@ -14,7 +14,8 @@ all=0
 apt_packages=(openmpi-bin libopenmpi-dev python3-venv)
 if [ "$all" = 1 ]; then
   apt_packages+=(mpich libmpich-dev openssh-server openssh-client iproute2 util-linux procps
-                 slurm-wlm slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin)
+                 slurm-wlm slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin
+                 containerd runc containernetworking-plugins debootstrap)
 fi
 
 missing=()

@@ -153,6 +153,20 @@ class KubernetesConnection(_Remote):
     kubeconfig: str | None = None
     context: str | None = None
     namespace: str | None = None
+    #: this cluster's copy of an image a runtime or TrainJob names (an air-gapped mirror, a local build):
+    #: every container whose image is a key here runs the value instead
+    images: dict[str, str] = Field(default_factory=dict, max_length=256)
+    #: imagePullPolicy written on every container (e.g. Never where images are preloaded on the nodes)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+
+    @field_validator("images")
+    @classmethod
+    def _images(cls, images: dict[str, str]) -> dict[str, str]:
+        for name, image in images.items():
+            for value in (name, image):
+                if not value or len(value) > 512 or any(c.isspace() for c in value):
+                    raise ValueError(f"image names are one word without whitespace: {value!r}")
+        return images
 
     @field_validator("context")
     @classmethod

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bridge.errors import InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
-from bridge.mpi.hostfile import hostfile_for
+from bridge.mpi.hostfile import Peer, hostfile_for
 
 LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux")
 MPI = ("openmpi", "mpich", "intel")
@@ -32,7 +32,7 @@ MPI = ("openmpi", "mpich", "intel")
 
 _SPEC_DEFAULTS = {"nodes": None, "forward_env": (), "hosts": (), "node_rank": None, "hostfile": None,
                   "rdzv_port": 29500, "job_id": "", "ssh_dir": None, "ssh_port": ssh.DEFAULT_PORT,
-                  "wait_timeout": 120.0, "extra_env": None}
+                  "wait_timeout": 120.0, "extra_env": None, "leader": None}
 
 
 class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_node", "command", *_SPEC_DEFAULTS],
@@ -59,6 +59,7 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
     ssh_port: int
     wait_timeout: float
     extra_env: Mapping[str, str]
+    leader: str | None
 
     def __new__(cls, *args, **kwargs) -> LaunchSpec:
         self = super().__new__(cls, *args, **kwargs)
@@ -83,6 +84,8 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
             args += ["--node-rank", str(self.node_rank)]
         if self.hostfile:
             args += ["--hostfile", self.hostfile]
+        if self.leader:
+            args += ["--leader", self.leader]
         if self.launcher == "torchrun":
             args += ["--rdzv-port", str(self.rdzv_port)]
         if self.job_id:
@@ -101,13 +104,22 @@ def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
     if spec.launcher in MPI:
         if topology.rank != 0:
             return None
+        peers, own = topology.peers, topology.hosts[0]
+        nodename = os.uname().nodename
+        localhost = None
+        if own != nodename and own.split(".")[0] == nodename.split(".")[0]:
+            # the launcher's own line names it as the kernel does: it tells itself from the others by name
+            # (Hydra) and without a DNS lookup; the others reach it by the full name it was given (a JobSet pod's
+            # short name resolves nowhere but in its own /etc/hosts)
+            peers = [Peer(nodename, peers[0].slots), *peers[1:]]
+            localhost = own
         path = os.path.join(workdir, "hostfile")
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write(hostfile_for(spec.launcher, topology.peers))
+            handle.write(hostfile_for(spec.launcher, peers))
         if spec.launcher == "openmpi":
             return launchers.openmpi_argv(topology, path, spec.command, spec.forward_env, ssh=ssh_settings)
         return launchers.hydra_argv(topology, path, spec.command, spec.forward_env, ssh=ssh_settings,
-                                    mpiexec="mpiexec" if spec.launcher == "intel" else None)
+                                    mpiexec="mpiexec" if spec.launcher == "intel" else None, localhost=localhost)
     if spec.launcher == "torchrun":
         if launchers.calls_torchrun(spec.command):
             return list(spec.command)  # Kubeflow style: the command runs torchrun, which reads PET_* (child_env)
@@ -422,13 +434,23 @@ def lead(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workdir: st
     files = ssh.write_client_files(keys, topology.hosts, work, spec.ssh_port, gate=gate, go=go)
     os.mkfifo(gate, 0o600)
     gate_fd = os.open(gate, os.O_RDWR)  # held: the wrappers' reads end when it closes
-    argv = launch_argv(spec, topology, workdir, launchers.SSHSettings(str(files.config), str(files.wrapper)))
+    settings = launchers.SSHSettings(str(files.config), str(files.wrapper))
+    argv = launch_argv(spec, topology, workdir, settings)
     assert argv is not None
+    env = child_env(spec, os.environ, topology)
+    if spec.launcher == "openmpi":
+        env.update(launchers.openmpi_ssh_env(settings, env.get("PATH")))
     answered = False
     tokens: dict[str, bytes] = {}
     try:
+        if "." in own:  # a DNS name (a JobSet pod's): it must resolve before the launcher reads the hostfile
+            try:
+                ssh.wait_resolvable(own, spec.wait_timeout)
+            except BaseException:
+                _open_gate(gate, gate_fd, None)
+                raise
         with Child() as child:
-            failed = child.start(argv, child_env(spec, os.environ, topology))
+            failed = child.start(argv, env)
             if failed is not None:
                 _open_gate(gate, gate_fd, None)
                 return failed
@@ -457,11 +479,11 @@ def lead(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workdir: st
 def run(spec: LaunchSpec) -> int:
     trace("started")
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
-                                  rank=spec.node_rank, hostfile=spec.hostfile)
+                                  rank=spec.node_rank, hostfile=spec.hostfile, leader=spec.leader)
     workdir = private_workdir(spec.job_id)
     try:
         if spec.launcher in MPI and spec.ssh_dir and len(topology.hosts) > 1:
-            keys = ssh.load_job_keys(spec.ssh_dir)
+            keys = ssh.private_keys(ssh.load_job_keys(spec.ssh_dir), Path(workdir))
             if topology.rank != 0:
                 return serve_peer(spec, topology, keys, workdir)
             return lead(spec, topology, keys, workdir)

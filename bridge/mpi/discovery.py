@@ -91,18 +91,38 @@ def from_hostfile(path: str, slots: int, rank: int | None, own_host: str | None 
 
 
 def from_jobset(env: Mapping[str, str], slots: int, nodes: int, hostname: str | None = None,
-                subdomain: str | None = None) -> Topology:
-    """Pods named ``<jobset>-<rjob>-<jobIndex>-<podIndex>``; rank = the Job's completion index."""
+                subdomain: str | None = None, hosts: Sequence[str] = (), hostfile: str | None = None,
+                leader: str | None = None) -> Topology:
+    """A JobSet's pods, named ``<jobset>-<rjob>-<jobIndex>-<podIndex>``.
+
+    The peers are the *hosts* the renderer listed, else the hostfile ConfigMap (``/etc/mpi/hostfile``), else
+    the pod-name pattern of this pod's own replicated job (``nodes`` pods; rank = the Job's completion index).
+    *leader* (the MPI launcher's pod) is moved first: rank 0 starts the launcher, wherever the hostfile lists it.
+    Otherwise the rank is this pod's place among the peers.
+    """
     hostname = hostname or _hostname()
-    match = re.fullmatch(r"(?P<prefix>.+)-(?P<job>\d+)-(?P<pod>\d+)", hostname.split(".")[0])
-    if not match:
-        raise InvalidSpec("hostname", hostname, "not a JobSet pod hostname <jobset>-<job>-<jobIndex>-<podIndex>")
-    prefix = match.group("prefix")
-    rank = _env_int(env, "JOB_COMPLETION_INDEX") if "JOB_COMPLETION_INDEX" in env else int(match.group("pod"))
-    jobset = env.get("JOBSET_NAME") or prefix.rsplit("-", 1)[0]
-    domain = subdomain or jobset
-    hosts = tuple(f"{prefix}-{match.group('job')}-{i}.{domain}" for i in range(nodes))
-    return Topology(hosts, rank, slots)
+    listed: list[str] = list(hosts)
+    if not listed and hostfile:
+        listed = list(from_hostfile(hostfile, slots, 0).hosts)
+    if not listed:
+        match = re.fullmatch(r"(?P<prefix>.+)-(?P<job>\d+)-(?P<pod>\d+)", hostname.split(".")[0])
+        if not match:
+            raise InvalidSpec("hostname", hostname, "not a JobSet pod hostname <jobset>-<job>-<jobIndex>-<podIndex>")
+        prefix = match.group("prefix")
+        jobset = env.get("JOBSET_NAME") or prefix.rsplit("-", 1)[0]
+        domain = subdomain or jobset
+        listed = [f"{prefix}-{match.group('job')}-{i}.{domain}" for i in range(nodes)]
+        if not leader:
+            rank = _env_int(env, "JOB_COMPLETION_INDEX") if "JOB_COMPLETION_INDEX" in env else int(match.group("pod"))
+            return Topology(tuple(listed), rank, slots)
+    if leader:
+        short = leader.split(".")[0]
+        first = next((host for host in listed if host == leader or host.split(".")[0] == short), None)
+        if first is None:
+            raise InvalidSpec("--leader", leader, f"is not among the peers {listed[:8]}")
+        listed.remove(first)
+        listed.insert(0, first)
+    return Topology(tuple(listed), _rank_of(listed, hostname), slots)
 
 
 def explicit(hosts: Sequence[str], slots: int, rank: int | None, own_host: str | None = None) -> Topology:
@@ -136,14 +156,15 @@ def _rank_of(hosts: Sequence[str], own_host: str | None) -> int:
 
 
 def discover(source: str, *, slots: int, nodes: int | None = None, hosts: Sequence[str] = (),
-             rank: int | None = None, hostfile: str | None = None, env: Mapping[str, str] | None = None) -> Topology:
+             rank: int | None = None, hostfile: str | None = None, env: Mapping[str, str] | None = None,
+             leader: str | None = None) -> Topology:
     env = os.environ if env is None else env
     if source == "slurm":
         topology = from_slurm(env, slots)
     elif source == "flux":
         topology = from_flux(env, slots)
     elif source == "jobset":
-        topology = from_jobset(env, slots, nodes or 1)
+        topology = from_jobset(env, slots, nodes or 1, hosts=hosts, hostfile=hostfile, leader=leader)
     elif source == "hostfile":
         topology = from_hostfile(hostfile or "/etc/mpi/hostfile", slots, rank)
     elif source == "explicit":

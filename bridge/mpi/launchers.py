@@ -23,19 +23,32 @@ def openmpi_argv(topology: Topology, hostfile: str, command: Sequence[str], forw
     argv = [mpirun, "--hostfile", hostfile, "-np", str(len(topology.hosts) * topology.slots)]
     if ssh is not None:
         # plm rsh also inside a Slurm allocation, where Open MPI would otherwise launch orted with srun; the
-        # wrapper (node 0's files) is the agent, so mpirun itself starts every daemon: no tree spawn from peers
-        argv += ["--mca", "plm", "rsh", "--mca", "plm_rsh_agent", ssh.wrapper, "--mca", "plm_rsh_no_tree_spawn", "1"]
+        # agent comes from openmpi_ssh_env
+        argv += ["--mca", "plm", "rsh"]
     for name in forward_env:
         argv += ["-x", name]
     return [*argv, *command]
 
 
+def openmpi_ssh_env(ssh: SSHSettings, path: str | None = None) -> dict[str, str]:
+    """mpirun's own settings for reaching the peers. The agent is plain ``ssh``, and the wrapper (node 0's files,
+    named ssh) comes first on mpirun's PATH: mpirun copies its MCA settings, from the command line or the
+    environment, onto every orted's command line, and orted aborts on an agent path it cannot find on its own
+    host. No tree spawn: mpirun itself starts every daemon (the peers hold no client key)."""
+    path = os.environ.get("PATH", os.defpath) if path is None else path
+    return {"PATH": f"{os.path.dirname(ssh.wrapper)}{os.pathsep}{path}", "OMPI_MCA_plm_rsh_agent": "ssh",
+            "OMPI_MCA_plm_rsh_no_tree_spawn": "1"}
+
+
 def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forward_env: Sequence[str],
-               ssh: SSHSettings | None = None, mpiexec: str | None = None) -> list[str]:
+               ssh: SSHSettings | None = None, mpiexec: str | None = None, localhost: str | None = None) -> list[str]:
+    """Hydra's mpiexec; *localhost* is the name the proxies reach this host by (default: its hostname)."""
     import shutil
 
     program = mpiexec or (shutil.which("mpiexec.hydra") and "mpiexec.hydra") or "mpiexec"
     argv = [program, "-f", hostfile, "-n", str(len(topology.hosts) * topology.slots)]
+    if localhost:
+        argv += ["-localhost", localhost]
     if ssh is not None:
         argv += ["-launcher", "ssh", "-launcher-exec", ssh.wrapper]
     if forward_env:

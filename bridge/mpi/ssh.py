@@ -58,6 +58,23 @@ def load_job_keys(directory: str | os.PathLike[str]) -> Path:
     return directory
 
 
+def private_keys(directory: Path, workdir: Path) -> Path:
+    """The job's keys where ssh and sshd accept them: *directory* itself when this user owns its files with
+    no group or other access, else copies in *workdir*/keys (0600). A Kubernetes Secret volume gives the
+    files to root with group access (fsGroup), which OpenSSH refuses for a key its owner loads."""
+    names = (CLIENT_KEY, HOST_KEY, f"{HOST_KEY}.pub", AUTHORIZED_KEYS)
+    uid = os.geteuid()
+    if all((st := os.stat(directory / name)).st_uid == uid and not st.st_mode & 0o077 for name in names[:2]):
+        return directory
+    copy = workdir / "keys"
+    copy.mkdir(mode=0o700)
+    for name in names:
+        fd = os.open(copy / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write((directory / name).read_bytes())
+    return copy
+
+
 def host_entry(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
@@ -150,7 +167,12 @@ def write_client_files(keys: Path, hosts: Sequence[str], workdir: Path, port: in
     if gate is not None and go is not None:
         g = _sh_quote(str(gate))
         lines += [f"if [ -p {g} ]; then read _ 2>/dev/null < {g}; fi", f"[ -e {_sh_quote(str(go))} ] || exit 255"]
-    lines.append(f'exec ssh -F {_sh_quote(str(config))} "$@"')
+    # the real ssh by its path: the wrapper is itself called ssh, first on the PATH of Open MPI's mpirun
+    from bridge.mpi.spawn import which
+
+    real = which("ssh", os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                                        if d and os.path.abspath(d) != os.path.abspath(workdir))) or "/usr/bin/ssh"
+    lines.append(f'exec {_sh_quote(real)} -F {_sh_quote(str(config))} "$@"')
     wrapper.write_text("\n".join(lines) + "\n")
     wrapper.chmod(0o755)
     return SSHFiles(config, wrapper, known)
@@ -239,6 +261,24 @@ class _Names:
 
     def close(self) -> None:
         self.done.set()
+
+
+def wait_resolvable(host: str, deadline_seconds: float) -> None:
+    """Until *host* resolves: a launcher decides at start which hostfile entry is its own host by the address
+    the name resolves to (a pod's DNS record appears a moment after the pod has its address)."""
+    import socket
+
+    deadline = time.monotonic() + deadline_seconds
+    pause = 0.05
+    while True:
+        try:
+            socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise BackendRejected("launch", f"this host's name {host} does not resolve: {exc}") from None
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def wait_for_peers(hosts: Sequence[str], port: int, deadline_seconds: float, *, interval: float = 0.01,

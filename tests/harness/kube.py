@@ -34,6 +34,7 @@ import contextlib
 import copy
 import datetime as dt
 import fcntl
+import hashlib
 import ipaddress
 import json
 import os
@@ -94,15 +95,26 @@ class Component:
     packages: tuple[str, ...]
     binaries: tuple[str, ...]
     ldflags: Callable[[str], list[str]] = field(default=lambda version: [])
+    #: the wrapper holds the program's own source (no upstream version): cached by a hash of its files
+    own_source: bool = False
 
     @property
     def version(self) -> str:
-        """The pinned version of ``module``, as required by the wrapper's go.mod."""
+        """The pinned version of ``module``, as required by the wrapper's go.mod; for a program of our own
+        ``src-`` and a hash of its go.mod, go.sum and .go files; a wrapper with its own main package (CoreDNS
+        with a chosen plugin set) appends that hash to the upstream version, so a change rebuilds it."""
+        digest = hashlib.sha256()
+        for path in sorted(self.wrapper.iterdir()):
+            if path.suffix in (".go", ".mod", ".sum"):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        if self.own_source:
+            return "src-" + digest.hexdigest()[:12]
+        own_main = any(path.suffix == ".go" for path in self.wrapper.iterdir())
         text = (self.wrapper / "go.mod").read_text(encoding="utf-8")
         match = re.search(rf"^\s*(?:require\s+)?{re.escape(self.module)}\s+(v\S+)", text, re.MULTILINE)
         if not match:
             raise KubeBuildError(f"{self.wrapper / 'go.mod'} does not require {self.module}")
-        return match.group(1)
+        return f"{match.group(1)}-{digest.hexdigest()[:8]}" if own_main else match.group(1)
 
     @property
     def cache_dir(self) -> Path:
@@ -139,6 +151,19 @@ COMPONENTS: tuple[Component, ...] = (
     # the upstream Kubeflow Trainer controller: the oracle for the JobSets hpc-bridge renders (started on demand)
     Component("trainer", BUILD_ROOT / "trainer", "github.com/kubeflow/trainer/v2",
               ("github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",), ("trainer-controller-manager",)),
+)
+
+#: what real nodes add (tests/harness/kubelet.py): kubelet at the control plane's version, CoreDNS with the
+#: plugins cluster DNS needs, the pod sandbox program and a device plugin with fake GPUs
+NODE_COMPONENTS: tuple[Component, ...] = (
+    Component("kubelet", BUILD_ROOT, "k8s.io/kubernetes", ("k8s.io/kubernetes/cmd/kubelet",), ("kubelet",),
+              _kubernetes_ldflags),
+    Component("coredns", BUILD_ROOT / "coredns", "github.com/coredns/coredns", ("hpcbridge.test/kube-build/coredns",),
+              ("coredns",)),
+    Component("pause", BUILD_ROOT / "pause", "hpcbridge.test/kube-build/pause", ("hpcbridge.test/kube-build/pause",),
+              ("pause",), own_source=True),
+    Component("fakegpu", BUILD_ROOT / "fakegpu", "hpcbridge.test/kube-build/fakegpu",
+              ("hpcbridge.test/kube-build/fakegpu",), ("fakegpu",), own_source=True),
 )
 
 
@@ -242,14 +267,14 @@ def module_dir(component: Component) -> Path:
 
 
 def component(name: str) -> Component:
-    """The :data:`COMPONENTS` entry called ``name``."""
-    return next(c for c in COMPONENTS if c.name == name)
+    """The :data:`COMPONENTS` (or :data:`NODE_COMPONENTS`) entry called ``name``."""
+    return next(c for c in (*COMPONENTS, *NODE_COMPONENTS) if c.name == name)
 
 
 # ------------------------------------------------------------------------------------------------- PKI
 
 
-def _write_pki(directory: Path) -> dict[str, Path]:
+def _write_pki(directory: Path, extra_ips: tuple[str, ...] = ()) -> dict[str, Path]:
     """A CA, a serving cert (127.0.0.1/localhost/kubernetes.default...), an admin client cert in
     ``system:masters`` and an RSA service-account key pair; PEM files in ``directory``."""
     from cryptography import x509
@@ -307,7 +332,7 @@ def _write_pki(directory: Path) -> dict[str, Path]:
     dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
            "kubernetes.default.svc.cluster.local"]
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "::1", "10.96.0.1")]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "::1", "10.96.0.1", *extra_ips)]
     serving, serving_key = leaf(name("kube-apiserver"), [ExtendedKeyUsageOID.SERVER_AUTH,
                                                           ExtendedKeyUsageOID.CLIENT_AUTH], sans)
     admin, admin_key = leaf(name("hpcbridge-admin", "system:masters"), [ExtendedKeyUsageOID.CLIENT_AUTH], None)
@@ -332,6 +357,37 @@ def _write_pki(directory: Path) -> dict[str, Path]:
     write_key(files["sa_key"], sa_key)
     files["sa_pub"].write_bytes(sa_key.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo))
     return files
+
+
+def sign_client_cert(pki: dict[str, Path], directory: Path, name: str, common_name: str,
+                     organization: str | None = None) -> tuple[Path, Path]:
+    """A client certificate from the cluster's CA (e.g. ``system:node:<node>`` in ``system:nodes`` for a
+    kubelet, which the API server's Node authorizer then confines to its own node): (cert, key) paths."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca = x509.load_pem_x509_certificate(pki["ca"].read_bytes())
+    ca_key = serialization.load_pem_private_key(pki["ca_key"].read_bytes(), password=None)
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + dt.timedelta(days=7))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return cert_path, key_path
 
 
 # --------------------------------------------------------------------------------------------- cluster
@@ -377,8 +433,12 @@ class KubeCluster:
     """
 
     def __init__(self, base_dir: Path, nodes: int = 4, node_cpu: str = "8", node_memory: str = "32Gi",
-                 node_gpus: int = 4, node_pods: int = 110, pod_run_ms: int = 500) -> None:
+                 node_gpus: int = 4, node_pods: int = 110, pod_run_ms: int = 500,
+                 address: str = "127.0.0.1") -> None:
         self.base_dir = Path(base_dir)
+        #: where the API server listens and what it advertises (real kubelets in network namespaces reach it
+        #: on their bridge's address; kwok-only clusters stay on loopback)
+        self.address = address
         self.nodes, self.node_cpu, self.node_memory = nodes, node_cpu, node_memory
         self.node_gpus, self.node_pods, self.pod_run_ms = node_gpus, node_pods, pod_run_ms
         self.log_dir = self.base_dir / "logs"
@@ -395,7 +455,7 @@ class KubeCluster:
 
     @property
     def api_url(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.address}:{self.ports['apiserver']}"
 
     @property
     def etcd_url(self) -> str:
@@ -428,14 +488,15 @@ class KubeCluster:
         names = ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "jobset_webhook", "jobset_health")
         self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
         try:
-            self.pki = _write_pki(self.base_dir / "pki")
+            self.pki = _write_pki(self.base_dir / "pki", (self.address,) if self.address != "127.0.0.1" else ())
             self._write_kubeconfig()
             deadline = time.monotonic() + timeout
             self._start_etcd(deadline)
             self._start_apiserver(deadline)
             self._client = self.api_client()
             self._start_kcm_and_scheduler(deadline)
-            self._start_kwok(deadline)
+            if self.nodes:
+                self._start_kwok(deadline)
             self._start_jobset(deadline)
             self._wait("default ServiceAccount (KCM)", deadline, self._default_sa_exists)
         except BaseException:
@@ -465,7 +526,7 @@ class KubeCluster:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         full_env = {**os.environ, **(env or {})}
-        full_env["NO_PROXY"] = full_env["no_proxy"] = "127.0.0.1,localhost,::1"
+        full_env["NO_PROXY"] = full_env["no_proxy"] = f"127.0.0.1,localhost,::1,{self.address}"
         with open(self.log_dir / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
             self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 cwd=self.base_dir, env=full_env, start_new_session=True)
@@ -494,7 +555,8 @@ class KubeCluster:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                              urllib.request.HTTPSHandler(context=context))
         try:
-            with opener.open(f"https://127.0.0.1:{port}{path}", timeout=5) as response:
+            host = self.address if port == self.ports.get("apiserver") else "127.0.0.1"
+            with opener.open(f"https://{host}:{port}{path}", timeout=5) as response:
                 return response.status == 200
         except urllib.error.HTTPError:
             return False
@@ -534,7 +596,11 @@ class KubeCluster:
         p = self.pki
         self._spawn("kube-apiserver", [
             str(self.binaries["kube-apiserver"]), f"--etcd-servers={self.etcd_url}", "--etcd-prefix=/registry",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
+            f"--bind-address={self.address}", f"--advertise-address={self.address}",
+            f"--secure-port={self.ports['apiserver']}",
+            # logs and exec reach real kubelets by their node IP, with a client certificate they trust
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={p['admin']}", f"--kubelet-client-key={p['admin_key']}",
             f"--cert-dir={self.base_dir / 'apiserver'}",
             f"--tls-cert-file={p['serving']}", f"--tls-private-key-file={p['serving_key']}",
             f"--client-ca-file={p['ca']}", "--authorization-mode=Node,RBAC", "--allow-privileged=true",

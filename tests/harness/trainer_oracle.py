@@ -37,7 +37,20 @@ KNOWN_DIFFERENCES = (
     "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_JOB_NAME]",
     "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_JOB_NAMESPACE]",
     "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_CLUSTER]",
+    # the MPI pods' extras for `hpcbridge launch`: the job's sshd host keys and the client key under the name the
+    # launch reads (Secret items 3-5), and the hostfile on every pod, not only on the launcher
+    "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.items[3]",
+    "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.items[4]",
+    "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.items[5]",
+    "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-hostfile]",
+    "spec.replicatedJobs[*].template.spec.template.spec.containers[*].volumeMounts[mpi-hostfile]",
+    # hpc-bridge's built-in runtimes fail a job on its first failed pod and restart nothing (HPC semantics)
+    "spec.replicatedJobs[*].template.spec.backoffLimit",
+    "spec.replicatedJobs[*].template.spec.podFailurePolicy",
+    "spec.replicatedJobs[*].template.spec.template.spec.restartPolicy",
 )
+#: the MPI worker pods serve the job's sshd through `hpcbridge launch` instead of the runtime's own sshd
+MPI_WORKER_ARGV = "spec.replicatedJobs[node].template.spec.template.spec.containers[node].argv"
 
 
 @dataclass
@@ -75,16 +88,33 @@ def _known(path: str) -> bool:
 
 
 def comparable(jobset: dict[str, Any]) -> dict[str, Any]:
-    """What a JobSet's author decides: its labels, annotations and spec (not names, uids, status, owners)."""
+    """What a JobSet's author decides: its labels, annotations and spec (not names, uids, status, owners).
+
+    Each container's command and args become one ``argv``, unwrapped from ``hpcbridge launch ... --`` where
+    hpc-bridge runs the command through its bootstrap: the command itself must be Kubeflow's."""
+    from bridge.adapters.kubernetes.render import launched_command
+
     metadata = jobset.get("metadata") or {}
+    spec = copy.deepcopy(jobset.get("spec") or {})
+    for job in spec.get("replicatedJobs") or []:
+        pod = ((job.get("template") or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            argv = launched_command(container)
+            container.pop("command", None)
+            container.pop("args", None)
+            if argv:
+                container["argv"] = argv
     return {"metadata": {key: metadata[key] for key in ("labels", "annotations") if metadata.get(key)},
-            "spec": copy.deepcopy(jobset.get("spec") or {})}
+            "spec": spec}
 
 
 def compare(oracle: dict[str, Any], ours: dict[str, Any]) -> list[str]:
     a, b = flatten(comparable(oracle)), flatten(comparable(ours))
+    with_launcher = any(job.get("name") == "launcher" for job in (ours.get("spec") or {}).get("replicatedJobs") or [])
     problems = []
     for path in sorted(set(a) | set(b)):
+        if with_launcher and (path == MPI_WORKER_ARGV or path.startswith(MPI_WORKER_ARGV + "[")):
+            continue
         if _known(path) or a.get(path) == b.get(path):
             continue
         if path not in b:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.kube import KubeCluster
+from tests.harness.kubelet import RealNodeCluster
 from tests.harness.netns import HostCluster
 from tests.harness.slurm import SlurmCluster
 
@@ -56,6 +57,20 @@ def kube_cluster() -> Iterator[KubeCluster]:
     finally:
         cluster.stop()
     shutil.rmtree(base, ignore_errors=True)  # kept when start/stop raised, for the logs
+
+
+@pytest.fixture(scope="session")
+def real_kube() -> Iterator[RealNodeCluster]:
+    """The control plane with real kubelet nodes that run containers (tests/harness/kubelet.py), started once
+    when a test asks for it; the first run on a machine builds kubelet, CoreDNS and the node image."""
+    base = Path(tempfile.mkdtemp(prefix="hpcbridge-real-kube-"))
+    cluster = RealNodeCluster(base)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -203,7 +203,7 @@ def _runtime_named(name: str, pod: dict, policy: dict | None = None):
                   "llama3_2/1B_full_multinode"]),
 ])
 def test_torchtune_tune_run_gets_kubeflows_recipe_arguments(gpus, nodes, args, expected) -> None:
-    from bridge.adapters.kubernetes.render import jobset
+    from bridge.adapters.kubernetes.render import jobset, launched_command
 
     rt = _runtime_named("torchtune-llama3.2-1b", {"containers": [{"name": "node", "image": "tune:1", "command": [
         "tune", "run", "--rdzv_endpoint=localhost:29500", "full_finetune_distributed", "--config", "llama3_2/1B_full",
@@ -216,9 +216,10 @@ def test_torchtune_tune_run_gets_kubeflows_recipe_arguments(gpus, nodes, args, e
     pod = jobset(resolve(job, rt, cluster("kubernetes")))[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     node = pod["spec"]["containers"][0]
     # the runtime's fixed paths stay; its other items are the TrainJob's to give
-    assert node["command"] == ["tune", "run", *expected, "output_dir=/workspace/output",
-                               "tokenizer.path=/workspace/model/t.model"]
-    assert node.get("args", []) == args
+    # run as it is on every pod (tune starts torchrun itself), through the launch as every JobSet command
+    assert node["command"][:4] == ["hpcbridge", "launch", "--launcher", "plain"]
+    assert launched_command(node) == ["tune", "run", *expected, "output_dir=/workspace/output",
+                                      "tokenizer.path=/workspace/model/t.model", *args]
     names = {e["name"] for e in node["env"]}
     assert {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK"} <= names and "PET_MASTER_ADDR" not in names
 

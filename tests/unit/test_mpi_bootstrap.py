@@ -68,8 +68,11 @@ def test_launcher_argv() -> None:
     topology = discovery.Topology(("n0", "n1"), 0, 2)
     settings = launchers.SSHSettings("/k/ssh_config", "/k/ssh")
     assert launchers.openmpi_argv(topology, "/h", ["app"], ["A"], ssh=settings) == [
-        "mpirun", "--hostfile", "/h", "-np", "4", "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", "/k/ssh",
-        "--mca", "plm_rsh_no_tree_spawn", "1", "-x", "A", "app"]
+        "mpirun", "--hostfile", "/h", "-np", "4", "--mca", "plm", "rsh", "-x", "A", "app"]
+    # no path in any MCA setting: mpirun copies them onto every orted's command line, and the wrapper exists on
+    # node 0 alone (orted aborts on an agent path it cannot find); the wrapper is the `ssh` on mpirun's PATH
+    assert launchers.openmpi_ssh_env(settings, "/usr/bin:/bin") == {
+        "PATH": "/k:/usr/bin:/bin", "OMPI_MCA_plm_rsh_agent": "ssh", "OMPI_MCA_plm_rsh_no_tree_spawn": "1"}
     assert launchers.hydra_argv(topology, "/h", ["app"], ["A", "B"], ssh=settings, mpiexec="mpiexec.hydra") == [
         "mpiexec.hydra", "-f", "/h", "-n", "4", "-launcher", "ssh", "-launcher-exec", "/k/ssh", "-genvlist", "A,B",
         "app"]
@@ -326,7 +329,7 @@ def test_peer_ignores_a_planted_marker_and_forged_tokens_and_ends_on_its_release
     assert sshds[0].returncode == -15  # the peer stopped its sshd
 
 
-def test_ssh_wrapper_waits_at_the_gate_and_connects_only_on_go(tmp_path) -> None:
+def test_ssh_wrapper_waits_at_the_gate_and_connects_only_on_go(tmp_path, monkeypatch) -> None:
     import os
     import select
     import subprocess
@@ -337,6 +340,8 @@ def test_ssh_wrapper_waits_at_the_gate_and_connects_only_on_go(tmp_path) -> None
     (bin_dir / "ssh").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     keys = ssh.create_job_keys(tmp_path / "k", "job")
+    # the wrapper runs the ssh found when it is written, by path (it is on mpirun's PATH as `ssh` itself)
+    monkeypatch.setenv("PATH", env["PATH"])
     for go_ahead in (True, False):
         work = tmp_path / f"work-{go_ahead}"
         work.mkdir()

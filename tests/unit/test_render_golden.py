@@ -100,11 +100,13 @@ def test_hostile_flux_script_and_jobspec_literal() -> None:
 
 
 def test_hostile_kubernetes_values_round_trip() -> None:
+    from bridge.adapters.kubernetes.render import launched_command
+
     plan = plan_for("hostile", "kubernetes")
     docs = list(yaml.safe_load_all(adapter_class("kubernetes")(cluster("kubernetes")).render(plan).main))
     jobset = docs[-1]
     launcher = next(j for j in jobset["spec"]["replicatedJobs"] if j["name"] == "launcher")
     node = launcher["template"]["spec"]["template"]["spec"]["containers"][0]
-    assert node["command"] == list(plan.command)
+    assert launched_command(node) == list(plan.command)
     env = {e["name"]: e.get("value") for e in node["env"]}
     assert env["MULTILINE"] == "first\n#SBATCH --account=stolen\nexport X=1"

@@ -7,6 +7,7 @@ idempotent and one list call per namespace serves a whole poll.
 from __future__ import annotations
 
 import base64
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -34,12 +35,14 @@ from bridge.adapters.kubernetes.render import (
     render_manifests,
 )
 from bridge.errors import BackendRejected, BackendUnavailable
-from bridge.plan import LaunchPlan
+from bridge.plan import ANCESTOR_LABEL, LaunchPlan
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 #: a cancelled job's JobSet is suspended and carries this mark: it stays as the record (state Cancelled)
 CANCELLED_ANNOTATION = "hpcbridge.io/cancelled"
+#: how the Job controller words a FailJob rule's match (pkg/controller/job/pod_failure_policy.go)
+_EXIT_CODE_MESSAGE = re.compile(r"\bfailed with exit code (\d+)\b")
 
 
 def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
@@ -212,7 +215,7 @@ class KubernetesAdapter(Adapter):
             listing = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION,
                                  namespace, PLURAL, label_selector=UID_LABEL)
             jobsets = {item["metadata"]["name"]: item for item in listing.get("items", [])}
-            pending = []
+            pending, failed = [], []
             for ref in group:
                 jobset = jobsets.get(ref.job_id.split("/", 1)[1])
                 if jobset is None:
@@ -221,9 +224,51 @@ class KubernetesAdapter(Adapter):
                 statuses[ref] = self._jobset_status(ref, jobset)
                 if statuses[ref].state == JobState.PENDING:
                     pending.append(ref)
+                elif statuses[ref].state == JobState.FAILED:
+                    failed.append(ref)
             if pending:
                 self._scheduling_reasons(namespace, pending, statuses)
+            if failed:
+                self._exit_codes(namespace, failed, statuses)
         return statuses
+
+    def _exit_codes(self, namespace: str, refs: list[JobRef], statuses: dict) -> None:
+        """A failed JobSet's exit code: its trainer pod's command's (the MPI launcher's, which carries the
+        failing rank's), else the first non-zero code of any of its pods."""
+        names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
+        pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
+                          label_selector=f"{JOBSET_NAME_LABEL} in ({names})")
+        for ref in refs:
+            name = ref.job_id.split("/", 1)[1]
+            codes: list[tuple[bool, int]] = []
+            for pod in pods.items:
+                labels = pod.metadata.labels or {}
+                if labels.get(JOBSET_NAME_LABEL) != name or not pod.status:
+                    continue
+                for container in pod.status.container_statuses or []:
+                    terminated = container.state.terminated if container.state else None
+                    if container.name == "node" and terminated is not None and terminated.exit_code:
+                        codes.append((labels.get(ANCESTOR_LABEL) != "trainer", terminated.exit_code))
+            code = min(codes)[1] if codes else self._failed_job_exit_code(namespace, name)
+            if code is not None:
+                status = statuses[ref]
+                statuses[ref] = JobStatus(ref, status.state, reason=status.reason, message=status.message,
+                                          exit_code=code)
+
+    def _failed_job_exit_code(self, namespace: str, jobset: str) -> int | None:
+        """The exit code a failed Job's condition names, once its pods are gone (the Job controller deletes a
+        failed Job's pods): a podFailurePolicy FailJob rule on exit codes words it "... failed with exit code N"."""
+        from kubernetes import client
+
+        jobs = self._call("list jobs", client.BatchV1Api(self.api).list_namespaced_job, namespace,
+                          label_selector=f"{JOBSET_NAME_LABEL}={jobset}")
+        for job in jobs.items:
+            for condition in (job.status.conditions or []) if job.status else []:
+                if condition.type == "Failed" and condition.status == "True":
+                    match = _EXIT_CODE_MESSAGE.search(condition.message or "")
+                    if match:
+                        return int(match.group(1))
+        return None
 
     def _jobset_status(self, ref: JobRef, jobset: dict) -> JobStatus:
         state, reason, message = jobset_state(jobset)
@@ -330,6 +375,12 @@ class KubernetesAdapter(Adapter):
                 text = self._call("read log", self._core().read_namespaced_pod_log, pod, namespace, container="node")
                 yield f"==> {pod} <==\n{text}"
             return
+        yield from self._follow(ref, namespace, name)
+
+    def _follow(self, ref: JobRef, namespace: str, name: str, interval: float = 1.0) -> Iterator[str]:
+        """Every pod's log as it comes, line by line, until the job has ended and every stream with it. Pods
+        are picked up as their container starts: right after submit there are none yet, and an MPI launcher's
+        pod only comes once the others are ready."""
         import queue
         import threading
 
@@ -346,17 +397,35 @@ class KubernetesAdapter(Adapter):
             finally:
                 lines.put(None)
 
-        for pod in names:
-            threading.Thread(target=pump, args=(pod,), daemon=True).start()
-        ended = 0
-        while ended < len(names):
-            item = lines.get()
-            if item is None:
-                ended += 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield item
+        followed: set[str] = set()
+        streaming = 0
+        while True:
+            pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
+                              label_selector=f"{JOBSET_NAME_LABEL}={name}").items
+            for pod in sorted(pods, key=lambda p: p.metadata.name):
+                statuses = [c for c in (pod.status.container_statuses or []) if c.name == "node"] if pod.status else []
+                started = statuses and statuses[0].state and (statuses[0].state.running or statuses[0].state.terminated)
+                if pod.metadata.name not in followed and started:
+                    followed.add(pod.metadata.name)
+                    streaming += 1
+                    threading.Thread(target=pump, args=(pod.metadata.name,), daemon=True).start()
+            ended = self.poll([ref])[ref].state.finished
+            deadline = time.monotonic() + interval
+            while (remaining := deadline - time.monotonic()) > 0 or (ended and streaming):
+                try:
+                    item = lines.get(timeout=max(remaining, 0.05))
+                except queue.Empty:
+                    if ended and not streaming:
+                        break
+                    continue
+                if item is None:
+                    streaming -= 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item
+            if ended and not streaming:
+                return
 
     def ref(self, job_id: str, identity: Identity | None = None) -> JobRef:
         namespace, _, name = job_id.rpartition("/")
@@ -379,11 +448,13 @@ class KubernetesAdapter(Adapter):
 
 
 def _ssh_secret_data(name: str) -> dict[str, str]:
-    """A fresh keypair in Kubeflow's Secret layout (ssh-privatekey, ssh-publickey), base64 for the API."""
-    from bridge.mpi.ssh import CLIENT_KEY, create_job_keys
+    """Fresh keys, base64 for the API: the client keypair in Kubeflow's Secret layout (ssh-privatekey,
+    ssh-publickey) and the host keypair every pod's sshd presents (pinned in known_hosts by the launcher)."""
+    from bridge.adapters.kubernetes.render import HOST_KEY_SECRET_KEY
+    from bridge.mpi.ssh import CLIENT_KEY, HOST_KEY, create_job_keys
 
     with tempfile.TemporaryDirectory(prefix="hpcbridge-keys-") as tmp:
         keys = create_job_keys(Path(tmp) / "keys", name)
-        private = (keys / CLIENT_KEY).read_bytes()
-        public = (keys / f"{CLIENT_KEY}.pub").read_bytes()
-    return {"ssh-privatekey": base64.b64encode(private).decode(), "ssh-publickey": base64.b64encode(public).decode()}
+        files = {"ssh-privatekey": CLIENT_KEY, "ssh-publickey": f"{CLIENT_KEY}.pub",
+                 HOST_KEY_SECRET_KEY: HOST_KEY, f"{HOST_KEY_SECRET_KEY}.pub": f"{HOST_KEY}.pub"}
+        return {key: base64.b64encode((keys / file).read_bytes()).decode() for key, file in files.items()}

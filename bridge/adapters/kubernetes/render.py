@@ -14,7 +14,9 @@ from typing import Any
 from bridge.api.loader import dump_yaml
 from bridge.api.names import check_labels
 from bridge.errors import InvalidSpec
+from bridge.mpi.bootstrap import LaunchSpec
 from bridge.mpi.hostfile import Peer, hostfile_for
+from bridge.mpi.ssh import CLIENT_KEY, DEFAULT_PORT, HOST_KEY
 from bridge.plan import (
     ANCESTOR_LABEL,
     MPI_LAUNCHERS,
@@ -30,6 +32,13 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 UID_LABEL = "hpcbridge.io/uid"
 NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
 KEYS_ANNOTATION = "hpcbridge.io/ssh-keys"
+#: Secret keys of the job's sshd host keypair, beside Kubeflow's ssh-privatekey / ssh-publickey (the client's):
+#: every pod's sshd presents it and known_hosts pins it, so no host key is ever accepted unseen
+HOST_KEY_SECRET_KEY = "hpcbridge-host-key"
+#: where every MPI pod finds the hostfile ConfigMap (Kubeflow's path)
+HOSTFILE_PATH = "/etc/mpi/hostfile"
+#: launchers that run through ``hpcbridge launch`` in the pods (Flux and batch scripts bring their own)
+_LAUNCHED = frozenset({*MPI_LAUNCHERS, Launcher.TORCHRUN, Launcher.PLAIN})
 #: the Slurm-shaped knobs on Kubernetes: partitions and features are node labels, accounts a label for chargeback
 PARTITION_LABEL = "hpcbridge.io/partition"
 FEATURE_LABEL_PREFIX = "feature.hpcbridge.io/"
@@ -143,6 +152,8 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         raise InvalidSpec(f"runtime {plan.runtime_name}: spec.template.spec.network.subdomain", subdomain,
                           "must be an RFC 1123 subdomain: lowercase letters, digits, '-' and '.'")
     node_job = next((job for job in jobs if job.get("name") == "node"), trainer)
+    # the first pod of the trainer's replicated job coordinates (torch master, JAX coordinator, XGBoost tracker)
+    master_host = hostnames(plan, trainer["name"], 1, subdomain)[0]
     if plan.launcher in MPI_LAUNCHERS:
         peers = _mpi(plan, jobs, trainer, node_job, container, subdomain, user_env, resources)
     else:
@@ -150,13 +161,15 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         # Kubeflow's framework plugins add their environment only when the TrainJob has a trainer section
         if plan.trainer_given:
             if plan.launcher == Launcher.TORCHRUN:
-                _torch(plan, container, runtime_command)
+                _torch(plan, container, runtime_command, master_host)
             elif plan.framework == "jax":
-                _jax(plan, container)
+                _jax(plan, container, master_host)
             elif plan.framework == "xgboost":
-                _xgboost(plan, container)
+                _xgboost(plan, container, master_host)
     if plan.env_injection:
-        _inject_torch_env(plan, jobs)
+        _inject_torch_env(plan, jobs, master_host)
+    if plan.launcher in _LAUNCHED and (container.get("command") or container.get("args")):
+        _launch(plan, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
     counted = node_job if plan.launcher in MPI_LAUNCHERS else trainer
     for job in jobs:
         if job is not counted:
@@ -175,6 +188,8 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         _place(_pod_spec(job), placement)
         if plan.options.account:
             pod_meta["labels"][ACCOUNT_LABEL] = plan.options.account
+    if plan.image_map or plan.image_pull_policy:
+        _cluster_images(plan, jobs)
     spec["suspend"] = bool(plan.suspend)  # stated either way, as Kubeflow's controller does
     # the JobSet's own metadata as Kubeflow gives it (runtime template, then runtime patches), plus identity
     labels = {**dict(plan.jobset_metadata.get("labels") or {}), **_labels(plan)}
@@ -188,6 +203,19 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     if plan.jobset_metadata.get("annotations"):
         metadata["annotations"] = dict(plan.jobset_metadata["annotations"])
     return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
+
+
+def _cluster_images(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
+    """The cluster's copies of the images named (``spec.kubernetes.images``) and its pull policy, on every
+    container and init container of every replicated job."""
+    images = dict(plan.image_map)
+    for job in jobs:
+        pod = _pod_spec(job)
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            if container.get("image") in images:
+                container["image"] = images[container["image"]]
+            if plan.image_pull_policy:
+                container["imagePullPolicy"] = plan.image_pull_policy
 
 
 def _check_labels(where: str, labels: dict[str, Any]) -> None:
@@ -256,28 +284,28 @@ def _torch_nproc(plan: LaunchPlan) -> str:
     return "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
 
 
-def _pet_env(plan: LaunchPlan, master: bool) -> list[dict[str, Any]]:
+def _pet_env(plan: LaunchPlan, master: bool, master_host: str) -> list[dict[str, Any]]:
     env = [{"name": "PET_NNODES", "value": str(plan.nodes)},
            {"name": "PET_NPROC_PER_NODE", "value": _torch_nproc(plan)},
            {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)}]
     if master:
-        env += [{"name": "PET_MASTER_ADDR", "value": f"{plan.name}-node-0-0.{plan.name}"},
+        env += [{"name": "PET_MASTER_ADDR", "value": master_host},
                 {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)}]
     return env
 
 
-def _torch(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str]) -> None:
+def _torch(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str], master_host: str) -> None:
     """Kubeflow's torch plugin: PET_* for torchrun (and the master address, except for torchtune, which gets a
     rendezvous argument instead) and the rendezvous port."""
     torchtune = plan.trainer_command_given and tuple(plan.container_command) == TORCHTUNE_ENTRYPOINT
     if torchtune:
         container["command"] = [*plan.container_command,
-                                *_torchtune_arguments(plan, _torch_nproc(plan), runtime_command)]
-    _set_env(container, _pet_env(plan, master=not torchtune))
+                                *_torchtune_arguments(plan, _torch_nproc(plan), runtime_command, master_host)]
+    _set_env(container, _pet_env(plan, master=not torchtune, master_host=master_host))
     _coordinator_port(plan, container)
 
 
-def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
+def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]], master_host: str) -> None:
     """The torch policy's ``envInjection``: PET_* and the master address in the named containers (init
     containers and sidecars that check or coordinate), whatever the trainer's own command is."""
     for job_name, names in plan.env_injection:
@@ -289,10 +317,10 @@ def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
             if found is None:
                 raise InvalidSpec(f"runtime {plan.runtime_name}: spec.mlPolicy.torch.envInjection", f"{job_name}/{name}",
                                   "no such container in the runtime's template")
-            _set_env(found, _pet_env(plan, master=True))
+            _set_env(found, _pet_env(plan, master=True, master_host=master_host))
 
 
-def _torchtune_arguments(plan: LaunchPlan, nproc: str, runtime_command: list[str]) -> list[str]:
+def _torchtune_arguments(plan: LaunchPlan, nproc: str, runtime_command: list[str], master_host: str) -> list[str]:
     """What Kubeflow appends to ``tune run``: the rendezvous endpoint when more than one process runs, the
     recipe and config for the node count, GPUs and LoRA/QLoRA arguments, and the runtime's fixed paths."""
     args = list(plan.container_args)
@@ -307,7 +335,7 @@ def _torchtune_arguments(plan: LaunchPlan, nproc: str, runtime_command: list[str
     one_process = nproc == "1" or gpus == 1
     out: list[str] = []
     if plan.nodes > 1 or (nproc.isdigit() and int(nproc) > 1) or (nproc == "auto" and gpus > 1):
-        out.append(f"--rdzv_endpoint={plan.name}-node-0-0.{plan.name}:{plan.rdzv_port}")
+        out.append(f"--rdzv_endpoint={master_host}:{plan.rdzv_port}")
     recipe, suffix = "full_finetune_distributed", "_full"
     if plan.nodes == 1 and one_process:
         recipe, suffix = (("lora_finetune_single_device", "_qlora_single_device") if qlora else
@@ -334,21 +362,21 @@ def _coordinator_port(plan: LaunchPlan, container: dict[str, Any]) -> None:
     container["ports"] = ports + [{"containerPort": plan.rdzv_port}]
 
 
-def _jax(plan: LaunchPlan, container: dict[str, Any]) -> None:
+def _jax(plan: LaunchPlan, container: dict[str, Any], master_host: str) -> None:
     """Kubeflow's JAX plugin: one process per node, the first pod coordinates."""
     _set_env(container, [
         {"name": "JAX_NUM_PROCESSES", "value": str(plan.nodes)},
         {"name": "JAX_PROCESS_ID", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
-        {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{plan.name}-node-0-0.{plan.name}:{plan.rdzv_port}"},
+        {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{master_host}:{plan.rdzv_port}"},
     ])
     _coordinator_port(plan, container)
 
 
-def _xgboost(plan: LaunchPlan, container: dict[str, Any]) -> None:
+def _xgboost(plan: LaunchPlan, container: dict[str, Any], master_host: str) -> None:
     """Kubeflow's XGBoost plugin: the first pod runs the tracker; one worker per GPU, else one per node."""
     workers = plan.nodes * (plan.resources.gpus or 1)
     _set_env(container, [
-        {"name": "DMLC_TRACKER_URI", "value": f"{plan.name}-node-0-0.{plan.name}"},
+        {"name": "DMLC_TRACKER_URI", "value": master_host},
         {"name": "DMLC_TRACKER_PORT", "value": str(plan.rdzv_port)},
         {"name": "DMLC_TASK_ID", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
         {"name": "DMLC_NUM_WORKER", "value": str(workers)},
@@ -382,13 +410,17 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
         volumes.append({"name": "mpi-ssh-auth", "secret": {"secretName": ssh_secret_name(plan), "defaultMode": 0o400,
                         "items": [{"key": "ssh-privatekey", "path": "id_rsa", "mode": 0o640},
                                   {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": 0o644},
-                                  {"key": "ssh-publickey", "path": "authorized_keys", "mode": 0o644}]}})
+                                  {"key": "ssh-publickey", "path": "authorized_keys", "mode": 0o644},
+                                  # the same client key under the name `hpcbridge launch` reads, and the host keys
+                                  {"key": "ssh-privatekey", "path": CLIENT_KEY, "mode": 0o640},
+                                  {"key": HOST_KEY_SECRET_KEY, "path": HOST_KEY, "mode": 0o640},
+                                  {"key": f"{HOST_KEY_SECRET_KEY}.pub", "path": f"{HOST_KEY}.pub", "mode": 0o644}]}})
         mounts = [m for m in node.get("volumeMounts", []) if m.get("name") not in ("mpi-ssh-auth", "mpi-hostfile")]
         mounts.append({"name": "mpi-ssh-auth", "mountPath": mount})
-        if job is trainer:
-            volumes.append({"name": "mpi-hostfile", "configMap": {"name": hostfile_configmap_name(plan),
-                            "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}]}})
-            mounts.append({"name": "mpi-hostfile", "mountPath": "/etc/mpi"})
+        # every pod, not only the launcher: each finds its rank in it (Kubeflow mounts it on the launcher alone)
+        volumes.append({"name": "mpi-hostfile", "configMap": {"name": hostfile_configmap_name(plan),
+                        "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}]}})
+        mounts.append({"name": "mpi-hostfile", "mountPath": HOSTFILE_PATH.rsplit("/", 1)[0]})
         pod["volumes"] = volumes
         node["volumeMounts"] = mounts
     if plan.launcher == Launcher.OPENMPI:
@@ -402,6 +434,46 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
         _set_env(container, [{"name": "HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"},
                              {"name": "I_MPI_HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"}])
     return [Peer(host, plan.procs_per_node) for host in peers]
+
+
+def _launch(plan: LaunchPlan, container: dict[str, Any], trainer: dict[str, Any], node_job: dict[str, Any],
+            subdomain: str, env_names: list[str]) -> None:
+    """Every pod runs its command through ``hpcbridge launch``, the bootstrap Slurm and Flux jobs use.
+
+    MPI: peers from the hostfile ConfigMap, the launcher's pod first; rank 0 starts mpirun/mpiexec once every
+    other pod's sshd (the job's keys from the Secret) answers, the others serve until it releases them. Their
+    own command (Kubeflow's runtimes start sshd there) is replaced by the same launch. torch: torchrun on
+    every pod with the first pod as master, unless the command runs torchrun itself (then PET_* stand).
+    Others: the command on every pod, as it is. The exit code is the command's (the launcher's)."""
+    command = (*container.get("command", ()), *container.get("args", ()))
+    # torchtune's `tune run` starts torchrun itself, from the rendezvous argument Kubeflow's rewriting gave it
+    launcher = Launcher.PLAIN if tuple(command[:2]) == TORCHTUNE_ENTRYPOINT else plan.launcher
+    common = {"launcher": launcher.value, "discovery": "jobset", "procs_per_node": plan.procs_per_node,
+              "nodes": plan.nodes, "command": command, "rdzv_port": plan.rdzv_port, "job_id": plan.uid}
+    if plan.launcher in MPI_LAUNCHERS:
+        spec = LaunchSpec(**common, hostfile=HOSTFILE_PATH, leader=hostnames(plan, trainer["name"], 1, subdomain)[0],
+                          ssh_dir=plan.ssh_auth_mount_path or "/root/.ssh", ssh_port=DEFAULT_PORT,
+                          forward_env=tuple(dict.fromkeys(env_names)))
+    else:
+        spec = LaunchSpec(**common, hosts=tuple(hostnames(plan, trainer["name"], plan.nodes, subdomain)))
+    argv = [*plan.launch_command, *spec.to_args()]
+    targets = [container]
+    if plan.launcher in MPI_LAUNCHERS and node_job is not trainer:
+        worker = _node_container(node_job)
+        if worker is not None:
+            targets.append(worker)
+    for target in targets:
+        target["command"] = list(argv)
+        target.pop("args", None)
+
+
+def launched_command(container: dict[str, Any]) -> list[str]:
+    """The command a rendered container runs for the user: what follows ``--`` in its ``hpcbridge launch``
+    line, or its command and args as they are when it runs no launch."""
+    argv = [*container.get("command", ()), *container.get("args", ())]
+    if "launch" in argv and "--" in argv and argv.index("launch") < argv.index("--"):
+        return argv[argv.index("--") + 1:]
+    return argv
 
 
 def mpi_objects(plan: LaunchPlan, peers: list[Peer]) -> list[dict[str, Any]]:

@@ -1,0 +1,220 @@
+"""TrainJobs whose pods really run: real kubelet nodes with containerd (tests/harness/kubelet.py), the node
+image built from this checkout (tests/harness/node_image.py), `hpcbridge submit` as a user runs it.
+
+Every JobSet's pods run `hpcbridge launch`: MPI ranks cross pods on different nodes over the pod network, a
+failing rank fails the job with its exit code, GPUs are placed by the real scheduler, cancel stops the pods,
+and the same TrainJob prints the same result here, on Slurm and on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.harness.node_image import MPICH_ABI_DIR
+
+pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "mpi-allreduce.yaml"
+
+
+@pytest.fixture
+def real(real_kube, tmp_path):
+    """A fresh namespace on the real-node cluster and a clusters.yaml whose `real` entry targets it, with the
+    node image standing in for the runtimes' images (as a cluster with a private mirror would say)."""
+    from kubernetes import client
+
+    namespace = f"real-{uuid.uuid4().hex[:8]}"
+    api = real_kube.api_client()
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            break
+        except client.exceptions.ApiException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    image = real_kube.images["node"].ref
+    config = tmp_path / "clusters.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "real"},
+        "spec": {"type": "kubernetes", "kubernetes": {
+            "kubeconfig": str(real_kube.kube.kubeconfig), "namespace": namespace, "imagePullPolicy": "Never",
+            "images": {"ghcr.io/kubeflow/trainer/deepspeed-runtime": image,
+                       "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime": real_kube.images.get("torch", real_kube.images["node"]).ref,
+                       "hpcbridge.test/plain": image}}}}))
+    env = {**os.environ, "HPCBRIDGE_CONFIG": str(config), "XDG_STATE_HOME": str(tmp_path / "state")}
+    yield Real(real_kube, namespace, env, core)
+    core.delete_namespace(namespace)
+    api.close()
+
+
+class Real:
+    def __init__(self, cluster, namespace, env, core) -> None:
+        self.cluster, self.namespace, self.env, self.core = cluster, namespace, env, core
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True, env=self.env,
+                              timeout=timeout, cwd=ROOT)
+
+    def pods(self, jobset: str) -> list:
+        return self.core.list_namespaced_pod(self.namespace,
+                                             label_selector=f"jobset.sigs.k8s.io/jobset-name={jobset}").items
+
+
+def trainjob(tmp_path: Path, name: str, command: list[str], runtime: str = "plain-node", nodes: int = 1,
+             resources: dict | None = None, env: dict | None = None) -> Path:
+    """A TrainJob file (with a plain runtime of one node container when *runtime* is plain-node)."""
+    docs = []
+    if runtime == "plain-node":
+        docs.append({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+                     "metadata": {"name": "plain-node"},
+                     "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+                         "name": "node", "template": {
+                             "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                             "spec": {"backoffLimit": 0, "template": {"spec": {
+                                 "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+                                 "containers": [{"name": "node", "image": "hpcbridge.test/plain"}]}}}}}]}}}})
+    trainer: dict = {"numNodes": nodes, "command": command}
+    if resources:
+        trainer["resourcesPerNode"] = resources
+    if env:
+        trainer["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    docs.append({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+                 "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer}})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def exclusive(path: Path, text: str) -> Path:
+    """The TrainJob *text* with hpcbridge.io/exclusive set: one pod per node, so ranks cross nodes."""
+    path.write_text(text.replace("  annotations:\n", '  annotations:\n    hpcbridge.io/exclusive: "true"\n', 1))
+    return path
+
+
+def test_mpi_allreduce_example_runs_across_pods_on_two_nodes(real, tmp_path) -> None:
+    """examples/mpi-allreduce.yaml (exclusive nodes added): 2 pods x 2 ranks, Open MPI started by `hpcbridge
+    launch` in the launcher pod, over the per-job sshd of the other pod (keys and host key from the Secret)."""
+    job = exclusive(tmp_path / "mpi-allreduce.yaml", EXAMPLE.read_text())
+    waiting = subprocess.Popen([sys.executable, "-m", "bridge", "submit", str(job), "--cluster", "real", "--wait"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=real.env, cwd=ROOT)
+    placed: dict[str, str] = {}  # while they exist: a finished JobSet's pods may be gone when --wait returns
+    while waiting.poll() is None:
+        placed.update({pod.metadata.name: pod.spec.node_name for pod in real.pods("mpi-allreduce") if pod.spec.node_name})
+        time.sleep(0.2)
+    submitted = subprocess.CompletedProcess(waiting.args, waiting.returncode, *waiting.communicate())
+    logs = real.cli("logs", "mpi-allreduce", "--cluster", "real")
+    assert submitted.returncode == 0, submitted.stderr + logs.stdout
+    assert "Succeeded" in submitted.stderr
+    assert "allreduce result: 10 OK" in logs.stdout
+    ranks = re.findall(r"rank (\d)/4 on (\S+):", logs.stdout)
+    assert sorted(rank for rank, _ in ranks) == ["0", "1", "2", "3"], logs.stdout
+    assert {host for _, host in ranks} == {"mpi-allreduce-launcher-0-0", "mpi-allreduce-node-0-0"}
+    assert len(placed) == 2 and set(placed.values()) == set(real.cluster.node_names), placed
+
+
+def test_mpich_allreduce_across_pods(real, tmp_path) -> None:
+    """The same example on the MPICH runtime: Hydra's mpiexec, its proxies started over the job's ssh."""
+    text = EXAMPLE.read_text().replace("name: mpi-allreduce", "name: mpich-allreduce").replace(
+        "name: mpi-distributed", "name: mpich-distributed").replace(
+        'value: "hello from hpc-bridge"', 'value: "hello from hpc-bridge"\n      - name: MPI4PY_MPIABI\n'
+                                          '        value: mpich\n      - name: LD_LIBRARY_PATH\n'
+                                          f'        value: {MPICH_ABI_DIR}')
+    job = exclusive(tmp_path / "mpich.yaml", text)
+    submitted = real.cli("submit", str(job), "--cluster", "real", "--wait")
+    logs = real.cli("logs", "mpich-allreduce", "--cluster", "real")
+    assert submitted.returncode == 0, submitted.stderr + logs.stdout
+    assert "allreduce result: 10 OK" in logs.stdout and "MPICH" in logs.stdout
+
+
+def test_a_failing_rank_fails_the_job_with_its_exit_code(real, tmp_path) -> None:
+    job = tmp_path / "fail.yaml"
+    job.write_text(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "rank-fails"},
+        "spec": {"runtimeRef": {"name": "mpi-distributed"}, "trainer": {"numNodes": 2, "numProcPerNode": 1, "command": [
+            "python3", "-c", "import os, sys; sys.exit(7 if os.environ['OMPI_COMM_WORLD_RANK'] == '1' else 0)"]}}}))
+    submitted = real.cli("submit", str(job), "--cluster", "real", "--wait")
+    assert submitted.returncode == 7, submitted.stderr
+    status = real.cli("status", "rank-fails", "--cluster", "real")
+    assert re.search(r"\bFailed\s+7\b", status.stdout), status.stdout
+
+
+def test_a_gpu_trainjob_runs_only_where_gpus_are_and_sees_its_devices(real, tmp_path) -> None:
+    job = trainjob(tmp_path, "gpu-env", ["sh", "-c", 'echo "devices=$NVIDIA_VISIBLE_DEVICES"'],
+                   resources={"limits": {"nvidia.com/gpu": 1}})
+    submitted = real.cli("submit", str(job), "--cluster", "real", "--wait")
+    logs = real.cli("logs", "gpu-env", "--cluster", "real")
+    assert submitted.returncode == 0, submitted.stderr + logs.stdout
+    gpu_nodes = real.cluster.node_names[1:]
+    assert [pod.spec.node_name for pod in real.pods("gpu-env")][0] in gpu_nodes
+    assert re.search(rf"devices=GPU-{re.escape(real.pods('gpu-env')[0].spec.node_name)}-\d\b", logs.stdout), logs.stdout
+    # more GPUs than any node has: the real scheduler keeps it waiting, and status says so
+    too_many = trainjob(tmp_path, "gpu-too-many", ["true"], resources={"limits": {"nvidia.com/gpu": 9}})
+    assert real.cli("submit", str(too_many), "--cluster", "real").returncode == 0
+    deadline = time.monotonic() + 60
+    while "reason: Unschedulable" not in (out := real.cli("status", "gpu-too-many", "--cluster", "real",
+                                                           "--output", "yaml").stdout):
+        assert time.monotonic() < deadline, out
+        time.sleep(1)
+
+
+def test_logs_follow_streams_and_cancel_stops_the_pods(real, tmp_path) -> None:
+    job = trainjob(tmp_path, "ticker", ["sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 1; done; sleep 600"])
+    assert real.cli("submit", str(job), "--cluster", "real").returncode == 0
+    follow = subprocess.Popen([sys.executable, "-m", "bridge", "logs", "--follow", "ticker", "--cluster", "real"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=real.env)
+    seen = []
+    deadline = time.monotonic() + 120
+    while len(seen) < 3 and time.monotonic() < deadline:
+        line = follow.stdout.readline()
+        if line.startswith("tick") or "tick" in line:
+            seen.append(line.strip())
+    assert len(seen) == 3, seen
+    cancelled = real.cli("cancel", "ticker", "--cluster", "real")
+    assert cancelled.returncode == 0, cancelled.stderr
+    follow.wait(timeout=60)  # the stream ends with the pod
+    deadline = time.monotonic() + 60
+    while real.pods("ticker"):
+        assert time.monotonic() < deadline, "the pods of a cancelled job must stop"
+        time.sleep(0.5)
+    assert "Cancelled" in real.cli("status", "ticker", "--cluster", "real").stdout
+
+
+def test_the_same_trainjob_gives_the_same_result_locally_on_slurm_and_on_kubernetes(real, slurm_cluster,
+                                                                                     tmp_path) -> None:
+    """examples/mpi-allreduce.yaml, unchanged, on the three backends: one runtime, one bootstrap, one answer."""
+    config = tmp_path / "all-clusters.yaml"
+    real_config = yaml.safe_load(Path(real.env["HPCBRIDGE_CONFIG"]).read_text())
+    slurm = {"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "slurm"},
+             "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
+                      "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}}
+    config.write_text(yaml.safe_dump_all([real_config, slurm]))
+    env = {**real.env, "HPCBRIDGE_CONFIG": str(config),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           # the emulated Slurm nodes share one machine and hostname: no shared memory between "nodes"
+           "OMPI_MCA_btl": "self,tcp"}
+    results = {}
+    for cluster in ("local", "slurm", "real"):
+        submitted = subprocess.run([sys.executable, "-m", "bridge", "submit", str(EXAMPLE), "--cluster", cluster,
+                                    "--wait", "--rerun"], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+        assert submitted.returncode == 0, (cluster, submitted.stderr, submitted.stdout)
+        if cluster == "local":  # the local cluster streams the job's output to submit --wait
+            text = submitted.stdout
+        else:
+            text = subprocess.run([sys.executable, "-m", "bridge", "logs", submitted.stdout.split()[0], "--cluster",
+                                   cluster], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT).stdout
+        results[cluster] = re.findall(r"allreduce result: .*", text)
+    assert results["local"] == results["slurm"] == results["real"] == ["allreduce result: 10 OK"], results
