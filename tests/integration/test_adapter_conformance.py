@@ -2,13 +2,15 @@
 
 local runs processes here; slurm is the real Slurm cluster; kubernetes the real control plane (JobSets on
 kwok nodes, which schedule but run no process: scenarios that need a command's output or exit code read
-``capabilities.runs_commands``); flux a live instance when flux-core is on PATH (both transports).
+``capabilities.runs_commands``); kubernetes-real the control plane with real kubelet nodes, whose pods run the
+command (tests/harness/kubelet.py); flux a live instance when flux-core is on PATH (both transports).
 A new backend passes this module: one package, one line in bridge.adapters.REGISTRY, one engine here.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -30,7 +32,7 @@ RUNTIME = {
     "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
         "name": "node", "template": {
             "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-            "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
                                            "containers": [{"name": "node", "image": "busybox:1.36"}]}}}}}]}}},
 }
 #: kwok's knobs (tests/harness/kube.py), as Job template patches: a labelled pod fails (no retries), a pod
@@ -48,10 +50,12 @@ class Engine:
     #: a backend job id that names no job
     unknown_id: str = "999999"
     workdir: str | None = None
+    #: Kubernetes with real kubelets: pods run the command
+    real: bool = False
 
     @property
     def kwok(self) -> bool:
-        return self.cluster.spec.type == "kubernetes"
+        return self.cluster.spec.type == "kubernetes" and not self.real
 
     def prepare(self, name: str, command: list[str], kwok_job: dict | None = None) -> service.Prepared:
         """A one-node TrainJob running *command* (on kwok, *kwok_job* patches the Job to fail or run on)."""
@@ -80,6 +84,7 @@ LAUNCH = [sys.executable, "-m", "bridge", "launch"]
     pytest.param("local", marks=pytest.mark.local),
     pytest.param("slurm", marks=pytest.mark.slurm),
     pytest.param("kubernetes", marks=pytest.mark.kubernetes),
+    pytest.param("kubernetes-real", marks=pytest.mark.kubernetes),
     pytest.param("flux-cli", marks=pytest.mark.flux),
     pytest.param("flux-python", marks=pytest.mark.flux),
 ])
@@ -108,6 +113,27 @@ def engine(request, tmp_path, monkeypatch) -> Iterator[Engine]:
                 namespace=namespace, unknown_id=f"{namespace}/no-such-jobset")
         finally:
             core.delete_namespace(namespace)
+    elif kind == "kubernetes-real":
+        real = request.getfixturevalue("real_kube")
+        from kubernetes import client
+
+        api = real.api_client()
+        namespace = f"conformance-{uuid.uuid4().hex[:8]}"
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": namespace}})
+        for _ in range(600):  # pods are admitted once the namespace's default ServiceAccount exists
+            if core.list_namespaced_service_account(namespace).items:
+                break
+            time.sleep(0.1)
+        try:
+            yield Engine("kubernetes-real", _cluster("conformance-k8s-real", {
+                "type": "kubernetes", "kubernetes": {
+                    "kubeconfig": str(real.kube.kubeconfig), "namespace": namespace, "imagePullPolicy": "Never",
+                    "images": {"busybox:1.36": real.images["node"].ref}}}),
+                namespace=namespace, unknown_id=f"{namespace}/no-such-jobset", real=True)
+        finally:
+            core.delete_namespace(namespace)
+            api.close()
     else:
         uri = request.getfixturevalue("flux_uri")
         transport = kind.split("-", 1)[1]
@@ -223,7 +249,7 @@ def test_batch_script_whose_srun_step_cannot_run_fails(engine: Engine, tmp_path)
     script = f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --chdir={tmp_path}\nsrun true\necho after-step\n"
     source = service.read_input("-", stdin=script)
     configured = {engine.cluster.name: engine.cluster}
-    if engine.kwok:  # pods need an image, and a batch script names none: refused before anything is sent
+    if engine.cluster.spec.type == "kubernetes":  # pods need an image, and a script names none: refused first
         with pytest.raises(BridgeError) as info:
             service.prepare(source, cluster=engine.cluster.name, configured=configured)
         assert info.value.exit_code == 2 and "image" in str(info.value)
