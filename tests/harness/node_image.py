@@ -168,21 +168,26 @@ def _build_base(target: Path) -> None:
         out.write(f"=== base built in {time.monotonic() - started:.0f}s\n")
 
 
-def base_layer() -> Path:
-    """The base layer's directory (rootfs/, layer.tar, layer.sha256), built if missing."""
-    target = cache_root() / "images" / f"base-{base_key()}"
+def _cached(target: Path, kind: str, build) -> Path:
+    """*target* (a layer's directory, complete once layer.sha256 exists), made by *build* into a temporary
+    directory under a lock and renamed; older layers of the same kind are removed."""
     if (target / "layer.sha256").exists():
         return target
-    with _lock("base"):
+    with _lock(kind):
         if (target / "layer.sha256").exists():
             return target
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        _build_base(tmp)
+        build(tmp)
         tmp.rename(target)
-        _prune("base-", keep=target.name)
+        _prune(f"{kind}-", keep=target.name)
     return target
+
+
+def base_layer() -> Path:
+    """The base layer's directory (rootfs/, layer.tar, layer.sha256), built if missing."""
+    return _cached(cache_root() / "images" / f"base-{base_key()}", "base", _build_base)
 
 
 @contextlib.contextmanager
@@ -234,19 +239,7 @@ def _build_app(target: Path, base: Path) -> None:
 
 def app_layer() -> Path:
     base = base_layer()
-    target = cache_root() / "images" / f"app-{app_key()}"
-    if (target / "layer.sha256").exists():
-        return target
-    with _lock("app"):
-        if (target / "layer.sha256").exists():
-            return target
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        _build_app(tmp, base)
-        tmp.rename(target)
-        _prune("app-", keep=target.name)
-    return target
+    return _cached(cache_root() / "images" / f"app-{app_key()}", "app", lambda tmp: _build_app(tmp, base))
 
 
 def _prune(prefix: str, keep: str) -> None:

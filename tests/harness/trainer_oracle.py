@@ -178,10 +178,21 @@ class Oracle:
                 self._create_runtime(doc)
         trainjob = next(d for d in docs if d["kind"] == "TrainJob")
         trainjob = {**trainjob, "metadata": {**trainjob["metadata"], "namespace": self.kf_ns}}
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.kf_ns, "trainjobs", trainjob)
-        name = trainjob["metadata"]["name"]
-        deadline = time.monotonic() + timeout
         from kubernetes.client.exceptions import ApiException
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.custom.create_namespaced_custom_object(GROUP, VERSION, self.kf_ns, "trainjobs", trainjob)
+                break
+            except ApiException as exc:
+                # Trainer's webhook looks the runtime up in its informer cache, which may not have seen the one
+                # just created: "specified clusterTrainingRuntime must be created before the TrainJob"
+                if exc.status != 403 or "must be created before" not in (exc.body or "") \
+                        or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+        name = trainjob["metadata"]["name"]
 
         while True:
             try:
