@@ -94,9 +94,9 @@ class RealNodeCluster:
     node but the first. Attributes after :meth:`start`: ``kube`` (the KubeCluster: kubeconfig, api_client),
     ``hosts`` (the HostCluster), ``node_names``, ``images`` (name -> node_image.Image), ``startup_seconds``."""
 
-    def __init__(self, base_dir: Path, nodes: int = 2, gpus: int = 2, torch: bool = False) -> None:
+    def __init__(self, base_dir: Path, nodes: int = 2, gpus: int = 2) -> None:
         self.base_dir = Path(base_dir)
-        self.count, self.gpus, self.torch = nodes, gpus, torch
+        self.count, self.gpus = nodes, gpus
         self.hosts = HostCluster(count=nodes, base_dir=self.base_dir / "hosts", subnet=SUBNET, bridge=BRIDGE,
                                  prefix="kube-node")
         self.kube = KubeCluster(self.base_dir / "control-plane", nodes=0, address=self.hosts.gateway)
@@ -114,8 +114,6 @@ class RealNodeCluster:
         started = time.monotonic()
         self.binaries = ensure_built((*COMPONENTS, *NODE_COMPONENTS))
         self.images["node"] = node_image.node_image()
-        if self.torch:
-            self.images["torch"] = node_image.torch_image()
         self.timings["build"] = time.monotonic() - started
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:

@@ -14,8 +14,8 @@ Two layers, each cached under ``<cache root>/images/`` by a hash of what goes in
   overlay mount, the upper directory being the layer. Its key is the base key plus the checkout's
   ``bridge/``, ``examples/`` and ``pyproject.toml`` contents. Seconds to build.
 
-The torch image adds one more layer: the CPU-usable torch from this machine's venv (the same wheel PyPI serves;
-Python 3.11 on both sides), copied rather than downloaded again.
+No torch image yet: PyPI's torch is the CUDA build (~4 GB with its nvidia-* libraries); issue #15 says what
+is planned.
 
 Needs root, debootstrap, mount (overlay) and GNU tar.
 """

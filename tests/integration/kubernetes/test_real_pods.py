@@ -52,9 +52,7 @@ def real(real_kube, tmp_path):
         "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "real"},
         "spec": {"type": "kubernetes", "kubernetes": {
             "kubeconfig": str(real_kube.kube.kubeconfig), "namespace": namespace, "imagePullPolicy": "Never",
-            "images": {"ghcr.io/kubeflow/trainer/deepspeed-runtime": image,
-                       "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime": real_kube.images.get("torch", real_kube.images["node"]).ref,
-                       "hpcbridge.test/plain": image}}}}))
+            "images": {"ghcr.io/kubeflow/trainer/deepspeed-runtime": image, "hpcbridge.test/plain": image}}}}))
     env = {**os.environ, "HPCBRIDGE_CONFIG": str(config), "XDG_STATE_HOME": str(tmp_path / "state")}
     yield Real(real_kube, namespace, env, core)
     core.delete_namespace(namespace)
