@@ -35,7 +35,7 @@ from bridge.adapters.kubernetes.render import (
     render_manifests,
 )
 from bridge.errors import BackendRejected, BackendUnavailable
-from bridge.plan import LaunchPlan
+from bridge.plan import ANCESTOR_LABEL, LaunchPlan
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -233,45 +233,50 @@ class KubernetesAdapter(Adapter):
         return statuses
 
     def _exit_codes(self, namespace: str, refs: list[JobRef], statuses: dict) -> None:
-        """A failed JobSet's exit code: the smallest non-zero code of its pods' ``node`` containers (the MPI
-        launcher's carries the failing rank's; pods stopped by the failure end with 137/143), else, once the Job
-        controller has deleted the pods, the code the failed Job's condition names. One pod list, and at most
-        one Job list, per namespace."""
-        names = [ref.job_id.split("/", 1)[1] for ref in refs]
+        """A failed JobSet's exit code: its trainer pod's command's (the MPI launcher's, which carries the
+        failing rank's), else the first non-zero code of any of its pods."""
+        names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
         pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
-                          label_selector=f"{JOBSET_NAME_LABEL} in ({','.join(names)})")
-        codes: dict[str, list[int]] = {}
-        for pod in pods.items:
-            jobset = (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL)
-            for container in (pod.status.container_statuses or []) if pod.status else []:
-                terminated = container.state.terminated if container.state else None
-                if container.name == "node" and terminated is not None and terminated.exit_code:
-                    codes.setdefault(jobset, []).append(terminated.exit_code)
-        missing = [name for name in names if name not in codes]
-        if missing:
-            codes.update(self._failed_job_exit_codes(namespace, missing))
-        for ref, name in zip(refs, names, strict=True):
-            if codes.get(name):
+                          label_selector=f"{JOBSET_NAME_LABEL} in ({names})")
+        for ref in refs:
+            name = ref.job_id.split("/", 1)[1]
+            codes: list[tuple[bool, int]] = []
+            for pod in pods.items:
+                labels = pod.metadata.labels or {}
+                if labels.get(JOBSET_NAME_LABEL) != name or not pod.status:
+                    continue
+                for container in pod.status.container_statuses or []:
+                    terminated = container.state.terminated if container.state else None
+                    if container.name == "node" and terminated is not None and terminated.exit_code:
+                        codes.append((labels.get(ANCESTOR_LABEL) != "trainer", terminated.exit_code))
+            code = min(codes)[1] if codes else self._failed_job_exit_code(namespace, name)
+            if code is not None:
                 status = statuses[ref]
                 statuses[ref] = JobStatus(ref, status.state, reason=status.reason, message=status.message,
-                                          exit_code=min(codes[name]))
+                                          exit_code=code)
 
-    def _failed_job_exit_codes(self, namespace: str, jobsets: list[str]) -> dict[str, list[int]]:
-        """The exit codes failed Jobs' conditions name, by JobSet: a podFailurePolicy FailJob rule on exit codes
-        words it "... failed with exit code N"."""
+    def _failed_job_exit_code(self, namespace: str, jobset: str) -> int | None:
+        """The exit code a failed Job's condition names, once its pods are gone (the Job controller deletes a
+        failed Job's pods): a podFailurePolicy FailJob rule on exit codes words it "... failed with exit code N"."""
         from kubernetes import client
 
         jobs = self._call("list jobs", client.BatchV1Api(self.api).list_namespaced_job, namespace,
-                          label_selector=f"{JOBSET_NAME_LABEL} in ({','.join(jobsets)})")
-        found: dict[str, list[int]] = {}
+                          label_selector=f"{JOBSET_NAME_LABEL}={jobset}")
         for job in jobs.items:
-            jobset = (job.metadata.labels or {}).get(JOBSET_NAME_LABEL)
             for condition in (job.status.conditions or []) if job.status else []:
-                match = _EXIT_CODE_MESSAGE.search(condition.message or "") \
-                    if condition.type == "Failed" and condition.status == "True" else None
-                if match:
-                    found.setdefault(jobset, []).append(int(match.group(1)))
-        return found
+                if condition.type == "Failed" and condition.status == "True":
+                    match = _EXIT_CODE_MESSAGE.search(condition.message or "")
+                    if match:
+                        return int(match.group(1))
+        return None
+
+    def _jobset_status(self, ref: JobRef, jobset: dict) -> JobStatus:
+        state, reason, message = jobset_state(jobset)
+        if not ref.uid:
+            uid = ((jobset.get("metadata") or {}).get("labels") or {}).get(UID_LABEL, "")
+            ref = JobRef(ref.cluster, ref.backend, ref.job_id, uid, ref.name)
+        return JobStatus(ref, state, reason=reason, message=message,
+                         exit_code=0 if state == JobState.SUCCEEDED else None)
 
     def wait(self, ref: JobRef, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
         """Polls the JobSet (one GET-list per interval) until it ends."""
