@@ -172,6 +172,24 @@ class Oracle:
         return len(self.run("squeue", "--noheader", "--states=all", "--Format=JobID").stdout.split())
 
     def check(self, path: Path) -> Outcome:
+        """Both ways, compared. A held job's ``singleton`` dependency reads ``singleton(unfulfilled)`` until
+        slurmctld's periodic purge pass (every 60 s) judges it and, with no earlier job of that name pending,
+        hides it as ``(null)``: two reads either side of a pass differ by timing alone. A held probe job of its
+        own name shows whether a pass came while the two were read; if one did, the check is taken again."""
+        if "singleton" not in path.read_bytes().decode("utf-8", "replace"):
+            return self._check_once(path)
+        for attempt in range(5):
+            probe = self.run("sbatch", "--parsable", "--hold", f"--job-name=oracle-probe-{attempt}",
+                             "--dependency=singleton", "--wrap", "true").stdout.strip()
+            try:
+                outcome = self._check_once(path)
+                if "singleton(unfulfilled)" in self.run("scontrol", "show", "job", "-o", probe).stdout:
+                    return outcome
+            finally:
+                self.run("scancel", probe)
+        return outcome
+
+    def _check_once(self, path: Path) -> Outcome:
         text = path.read_bytes().decode("utf-8", "replace")
         flags = flags_of(text)
         before = self.job_count()
