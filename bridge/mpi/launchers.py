@@ -56,12 +56,14 @@ def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forwar
     return [*argv, *command]
 
 
-def find_torchrun() -> str:
-    """torchrun from PATH, else the one installed beside this Python (a venv that is not activated)."""
+def find_torchrun() -> list[str]:
+    """torchrun from PATH, else the one installed beside this Python (a venv that is not activated), else
+    ``python -m torch.distributed.run`` (what torchrun runs): torch on PYTHONPATH installs no torchrun."""
     import shutil
 
     beside = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    return shutil.which("torchrun") or (beside if os.access(beside, os.X_OK) else "torchrun")
+    found = shutil.which("torchrun") or (beside if os.access(beside, os.X_OK) else None)
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
 def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id: str,
@@ -71,7 +73,7 @@ def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id:
     ``--no-python`` because the command is an argv (``python3 train.py``), not a script for torchrun to wrap.
     """
     return [
-        torchrun or find_torchrun(),
+        *([torchrun] if torchrun else find_torchrun()),
         f"--nnodes={len(topology.hosts)}",
         f"--nproc-per-node={topology.slots}",
         "--rdzv-backend=c10d",

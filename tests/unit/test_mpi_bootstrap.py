@@ -82,6 +82,14 @@ def test_launcher_argv() -> None:
     assert argv[-3:] == ["--no-python", "python3", "t.py"]
 
 
+def test_torchrun_without_a_torchrun_binary_is_torch_distributed_run(tmp_path, monkeypatch) -> None:
+    # torch reached through PYTHONPATH (a shared software tree) installs no console script
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(launchers.sys, "executable", str(tmp_path / "python3"))
+    argv = launchers.torchrun_argv(discovery.Topology(("n0",), 0, 1), ["python3", "t.py"], 29500, "uid")
+    assert argv[:4] == [str(tmp_path / "python3"), "-m", "torch.distributed.run", "--nnodes=1"]
+
+
 def test_command_that_calls_torchrun_gets_pet_env(tmp_path) -> None:
     spec = LaunchSpec("torchrun", "explicit", 2, ("torchrun", "train.py"), hosts=("n0", "n1"), node_rank=1)
     topology = discovery.Topology(("n0", "n1"), 1, 2)
