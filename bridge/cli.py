@@ -233,6 +233,9 @@ def cmd_clusters(args: argparse.Namespace) -> int:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from bridge.mpi.bootstrap import LaunchSpec, run
+    from bridge.mpi.spawn import become_init_if_pid1
+
+    become_init_if_pid1()  # a pod's container starts the launch as PID 1
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     spec = LaunchSpec(launcher=args.launcher, discovery=args.discovery, procs_per_node=args.procs_per_node,

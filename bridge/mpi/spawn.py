@@ -102,3 +102,36 @@ class Process:
         except TimeoutError:
             self.kill()
             return self.wait()
+
+
+#: what a container's init passes on to the process it started (the launch handles them itself)
+_INIT_FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2",
+                                                           "SIGQUIT"))
+
+
+def become_init_if_pid1() -> None:
+    """As a container's PID 1, fork: the child returns and does the work; this process stays PID 1 to reap
+    every orphan the job leaves (sshd and mpirun's daemons reparent to PID 1, and would stay zombies) and to
+    pass signals on, then exits as the child did (128+N for signal N). Elsewhere it returns at once."""
+    if os.getpid() != 1:
+        return
+    child = os.fork()
+    if child == 0:
+        return
+    for signum in _INIT_FORWARDED:  # PID 1 ignores any signal it has no handler for
+        signal.signal(signum, lambda sig, _frame: _signal_quietly(child, sig))
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+
+
+def _signal_quietly(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass

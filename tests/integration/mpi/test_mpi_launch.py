@@ -219,3 +219,27 @@ def test_torchrun_ddp_across_two_hosts(mpi_hosts) -> None:
     combined = "".join(out for _, out in results.values())
     assert "ddp allreduce result: 3.000 OK" in combined
     assert combined.count("grad=1.500 expected=1.500") == 2
+
+
+def _as_pid1(command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`hpcbridge launch -- sh -c COMMAND` as PID 1 of a new PID namespace with its own /proc: what a pod's
+    container runs."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "bridge", "launch", "--launcher",
+            "plain", "--discovery", "explicit", "--host", "localhost", "--node-rank", "0", "--", "sh", "-c",
+            command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=ROOT)
+
+
+def test_launch_as_pid1_reaps_orphans_passes_signals_and_exits_as_its_command() -> None:
+    if subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True).returncode:
+        pytest.skip("no PID namespaces here (unshare --pid needs root)")
+    # orphans (as sshd's and orted's children become) end reparented to PID 1: none may stay a zombie
+    orphans = _as_pid1('for i in 1 2 3; do (sleep 0.1 &); done; sleep 1; '
+                       'echo "pid1=$(cat /proc/1/comm)"; '
+                       'echo "zombies=$(grep -l "^State:.*Z" /proc/[0-9]*/status 2>/dev/null | wc -l)"; exit 3')
+    assert orphans.returncode == 3, orphans.stderr
+    assert "zombies=0" in orphans.stdout and "pid1=python" in orphans.stdout, orphans.stdout
+    # SIGTERM to PID 1 (a pod being deleted) reaches the command, which ends as a shell reports it
+    stopped = _as_pid1('trap "echo got TERM; exit 143" TERM; kill -TERM 1; sleep 30 & wait')
+    assert stopped.returncode == 143 and "got TERM" in stopped.stdout, (stopped.returncode, stopped.stdout,
+                                                                       stopped.stderr)
