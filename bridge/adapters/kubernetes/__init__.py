@@ -227,7 +227,7 @@ class KubernetesAdapter(Adapter):
                 elif statuses[ref].state == JobState.FAILED:
                     failed.append(ref)
             if pending:
-                self._scheduling_reasons(namespace, pending, statuses)
+                self._scheduling_reasons(namespace, pending, statuses, jobsets)
             if failed:
                 self._exit_codes(namespace, failed, statuses)
         return statuses
@@ -287,20 +287,49 @@ class KubernetesAdapter(Adapter):
                 return status
             time.sleep(poll_interval)
 
-    def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict) -> None:
+    def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict,
+                            jobsets: dict[str, dict]) -> None:
+        """Why a pending JobSet waits: the scheduler's reason on one of its pods; with no pod at all, the last
+        warning about the JobSet or its Jobs (JobCreationFailed, a Job's FailedCreate when a quota or an
+        admission webhook refuses its pods), read in one event list for the namespace only then."""
         names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
         pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
                           label_selector=f"{JOBSET_NAME_LABEL} in ({names})")
+        podless = []
         for ref in refs:
             name = ref.job_id.split("/", 1)[1]
-            for pod in pods.items:
-                if (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL) != name:
-                    continue
+            mine = [pod for pod in pods.items if (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL) == name]
+            if not mine:
+                podless.append(ref)
+            for pod in mine:
                 for condition in (pod.status.conditions or []) if pod.status else []:
                     if condition.type == "PodScheduled" and condition.status == "False":
                         statuses[ref] = JobStatus(ref, JobState.PENDING, reason=condition.reason,
                                                   message=condition.message)
                         break
+        if podless:
+            self._creation_warnings(namespace, podless, statuses, jobsets)
+
+    def _creation_warnings(self, namespace: str, refs: list[JobRef], statuses: dict,
+                           jobsets: dict[str, dict]) -> None:
+        events = self._call("list events", self._core().list_namespaced_event, namespace,
+                            field_selector="type=Warning").items
+        for ref in refs:
+            name = ref.job_id.split("/", 1)[1]
+            jobset = jobsets.get(name) or {}
+            spec = jobset.get("spec") or {}
+            # a JobSet of this name removed and submitted again: its predecessor's warnings are not about it
+            since = _created((jobset.get("metadata") or {}).get("creationTimestamp"))
+            # the JobSet controller names a replicated job's Jobs <jobset>-<replicated job>-<index>
+            jobs = {f"{name}-{rjob.get('name')}-{index}" for rjob in spec.get("replicatedJobs") or []
+                    for index in range(int(rjob.get("replicas") or 1))}
+            about = [event for event in events if event.involved_object is not None and (
+                (event.involved_object.kind == "JobSet" and event.involved_object.name == name) or
+                (event.involved_object.kind == "Job" and event.involved_object.name in jobs)) and
+                _event_time(event) >= since]
+            if about:
+                last = max(about, key=_event_time)
+                statuses[ref] = JobStatus(ref, JobState.PENDING, reason=last.reason, message=last.message)
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
         """Suspends the JobSet and marks it cancelled: its pods get SIGTERM, then SIGKILL after their grace
@@ -445,6 +474,26 @@ class KubernetesAdapter(Adapter):
 
         version = self._call("version", client.VersionApi(self.api).get_code)
         return f"Kubernetes {version.git_version}"
+
+
+def _event_time(event) -> float:
+    """When an event last happened: events.k8s.io writers set eventTime (and series), core ones lastTimestamp."""
+    import datetime
+
+    when = (event.series.last_observed_time if getattr(event, "series", None) is not None else None) or \
+        event.last_timestamp or event.event_time or event.first_timestamp or \
+        (event.metadata.creation_timestamp if event.metadata else None)
+    return when.timestamp() if isinstance(when, datetime.datetime) else 0.0
+
+
+def _created(stamp: str | None) -> float:
+    """An RFC 3339 creationTimestamp (seconds resolution) as a POSIX time; 0 when absent or unreadable."""
+    import datetime
+
+    try:
+        return datetime.datetime.fromisoformat((stamp or "").replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _ssh_secret_data(name: str) -> dict[str, str]:

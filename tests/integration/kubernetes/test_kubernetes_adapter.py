@@ -123,6 +123,22 @@ def test_unsatisfiable_gpu_request_is_pending_with_the_schedulers_reason(kube_cl
     adapter.cancel(ref)
 
 
+def test_pods_refused_by_a_quota_leave_it_pending_with_the_controllers_reason(kube_cluster, kube_api,
+                                                                          namespace) -> None:
+    """No pod can be created (a ResourceQuota allows none): the Jobs exist, the scheduler never sees a pod, and
+    the status says why instead of a bare Pending."""
+    from kubernetes import client
+
+    client.CoreV1Api(kube_api).create_namespaced_resource_quota(namespace, {
+        "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}})
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    _, ref = submit(adapter, trainjob("over-quota", "torch-distributed", namespace))
+    status = wait_for(adapter, ref, lambda s: s.reason is not None)
+    assert (status.state, status.reason) == (JobState.PENDING, "FailedCreate"), status
+    assert "exceeded quota: no-pods" in (status.message or ""), status.message
+    adapter.cancel(ref)
+
+
 def test_submit_twice_is_one_jobset_cancel_stops_and_remove_deletes_everything(kube_cluster, kube_api, namespace) -> None:
     from kubernetes import client
 
