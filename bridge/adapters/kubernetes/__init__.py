@@ -39,6 +39,7 @@ from bridge.plan import ANCESTOR_LABEL, LaunchPlan
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 #: a cancelled job's JobSet is suspended and carries this mark: it stays as the record (state Cancelled)
 CANCELLED_ANNOTATION = "hpcbridge.io/cancelled"
 #: how the Job controller words a FailJob rule's match (pkg/controller/job/pod_failure_policy.go)
@@ -229,17 +230,21 @@ class KubernetesAdapter(Adapter):
             if pending:
                 self._scheduling_reasons(namespace, pending, statuses, jobsets)
             if failed:
-                self._exit_codes(namespace, failed, statuses)
+                self._exit_codes(namespace, failed, statuses, jobsets)
         return statuses
 
-    def _exit_codes(self, namespace: str, refs: list[JobRef], statuses: dict) -> None:
-        """A failed JobSet's exit code: its trainer pod's command's (the MPI launcher's, which carries the
-        failing rank's), else the first non-zero code of any of its pods."""
+    def _exit_codes(self, namespace: str, refs: list[JobRef], statuses: dict, jobsets: dict[str, dict]) -> None:
+        """A failed JobSet's exit code: its trainer step's pod's command's (the MPI launcher's, which carries the
+        failing rank's), else the first non-zero code of any of its pods; with no pod left (the Job controller
+        deletes a failed Job's pods), the code its failed Job's condition names. One pod list and at most one Job
+        list per namespace, whatever the number of failed JobSets."""
         names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
         pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
                           label_selector=f"{JOBSET_NAME_LABEL} in ({names})")
+        jobs = None
         for ref in refs:
             name = ref.job_id.split("/", 1)[1]
+            trainer_steps = _trainer_steps(jobsets.get(name) or {})
             codes: list[tuple[bool, int]] = []
             for pod in pods.items:
                 labels = pod.metadata.labels or {}
@@ -248,27 +253,20 @@ class KubernetesAdapter(Adapter):
                 for container in pod.status.container_statuses or []:
                     terminated = container.state.terminated if container.state else None
                     if container.name == "node" and terminated is not None and terminated.exit_code:
-                        codes.append((labels.get(ANCESTOR_LABEL) != "trainer", terminated.exit_code))
-            code = min(codes)[1] if codes else self._failed_job_exit_code(namespace, name)
+                        codes.append((labels.get(REPLICATED_JOB_LABEL) not in trainer_steps, terminated.exit_code))
+            if codes:
+                code: int | None = min(codes)[1]
+            else:
+                if jobs is None:
+                    from kubernetes import client
+
+                    jobs = self._call("list jobs", client.BatchV1Api(self.api).list_namespaced_job, namespace,
+                                      label_selector=f"{JOBSET_NAME_LABEL} in ({names})").items
+                code = _failed_job_exit_code(name, jobs, trainer_steps)
             if code is not None:
                 status = statuses[ref]
                 statuses[ref] = JobStatus(ref, status.state, reason=status.reason, message=status.message,
                                           exit_code=code)
-
-    def _failed_job_exit_code(self, namespace: str, jobset: str) -> int | None:
-        """The exit code a failed Job's condition names, once its pods are gone (the Job controller deletes a
-        failed Job's pods): a podFailurePolicy FailJob rule on exit codes words it "... failed with exit code N"."""
-        from kubernetes import client
-
-        jobs = self._call("list jobs", client.BatchV1Api(self.api).list_namespaced_job, namespace,
-                          label_selector=f"{JOBSET_NAME_LABEL}={jobset}")
-        for job in jobs.items:
-            for condition in (job.status.conditions or []) if job.status else []:
-                if condition.type == "Failed" and condition.status == "True":
-                    match = _EXIT_CODE_MESSAGE.search(condition.message or "")
-                    if match:
-                        return int(match.group(1))
-        return None
 
     def _jobset_status(self, ref: JobRef, jobset: dict) -> JobStatus:
         state, reason, message = jobset_state(jobset)
@@ -484,6 +482,30 @@ def _event_time(event) -> float:
         event.last_timestamp or event.event_time or event.first_timestamp or \
         (event.metadata.creation_timestamp if event.metadata else None)
     return when.timestamp() if isinstance(when, datetime.datetime) else 0.0
+
+
+def _trainer_steps(jobset: dict) -> set[str]:
+    """The replicated jobs Kubeflow marks as the trainer step (the ancestor label is on the Job template, so
+    Jobs carry it and their pods do not; pods carry the replicated job's name)."""
+    return {rjob.get("name") for rjob in ((jobset.get("spec") or {}).get("replicatedJobs") or [])
+            if (((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+            == "trainer"}
+
+
+def _failed_job_exit_code(jobset: str, jobs: list, trainer_steps: set[str]) -> int | None:
+    """The exit code a failed Job's condition names, the trainer step's first: a podFailurePolicy FailJob rule
+    on exit codes words it "... failed with exit code N"."""
+    found: list[tuple[bool, int]] = []
+    for job in jobs:
+        labels = (job.metadata.labels or {}) if job.metadata else {}
+        if labels.get(JOBSET_NAME_LABEL) != jobset:
+            continue
+        for condition in (job.status.conditions or []) if job.status else []:
+            if condition.type == "Failed" and condition.status == "True":
+                match = _EXIT_CODE_MESSAGE.search(condition.message or "")
+                if match:
+                    found.append((labels.get(REPLICATED_JOB_LABEL) not in trainer_steps, int(match.group(1))))
+    return min(found)[1] if found else None
 
 
 def _created(stamp: str | None) -> float:
