@@ -126,8 +126,11 @@ def test_mpi_allreduce_example_runs_across_pods_on_two_nodes(real, tmp_path) -> 
 
 def test_mpich_allreduce_across_pods_on_two_nodes(real, tmp_path) -> None:
     """The same example on the MPICH runtime: Hydra's mpiexec, its proxies started over the job's ssh, computes
-    the allreduce on every rank across the two nodes. Not asserted: that the job then ends. MPICH 4.0.2's ranks
-    (UCX) sometimes hang in MPI_Finalize across pods here (issue #15); the test cancels the job at the end."""
+    the allreduce on every rank across the two nodes. Not asserted: that the job then ends. Debian's MPICH 4.0.2
+    (ch4:ucx) sometimes hangs in MPI_Finalize across nodes (about 1 run in 4 here): its finalize closes the UCX
+    endpoints, then waits in a PMI barrier without progressing UCX, so a peer still closing waits for it forever
+    (seen with gdb: ranks 0-1 in the PMI read, ranks 2-3 in ucp_worker_progress). Fixed upstream in MPICH 4.2
+    (pmodels/mpich#6596 removes that barrier); the test cancels the job at the end."""
     text = EXAMPLE.read_text().replace("name: mpi-allreduce", "name: mpich-allreduce").replace(
         "name: mpi-distributed", "name: mpich-distributed").replace(
         'value: "hello from hpc-bridge"', 'value: "hello from hpc-bridge"\n      - name: MPI4PY_MPIABI\n'
