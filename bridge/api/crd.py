@@ -66,6 +66,11 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
                 continue  # Literal apiVersion/kind: the API server fills and checks those
             else:
                 out[key] = value
+        if out.get("type") == "integer" and out.get("maximum") == 2**63 - 1:
+            # int64's bound: the API server reads schema bounds as float64, and 2**63-1 rounds to 2**63, which
+            # it refuses as no integer, rejecting every value of the field; Kubernetes writes format int64
+            del out["maximum"]
+            out["format"] = "int64"
         if node.get("type") == "object" and "properties" not in node and "additionalProperties" not in out:
             out["x-kubernetes-preserve-unknown-fields"] = True
         if not out.get("type") and not any(k.startswith("x-kubernetes") for k in out):

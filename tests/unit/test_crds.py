@@ -38,3 +38,21 @@ def test_crds_are_structural() -> None:
     for name, text in generated().items():
         crd = yaml.safe_load(text)
         walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], name)
+
+
+def test_integer_bounds_are_ones_the_api_server_can_read() -> None:
+    # it reads schema bounds as float64: 2**63-1 becomes 2**63, no int64, and every value of the field is
+    # refused ("Maximum boundary value must be of type integer"); such fields say format int64 instead
+    def walk(node, where):
+        if isinstance(node, dict):
+            for bound in ("maximum", "minimum"):
+                if bound in node:
+                    assert abs(node[bound]) <= 2**53, f"{where}.{bound} = {node[bound]}"
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{where}[{index}]")
+
+    for path in sorted((ROOT / "manifests" / "crds").glob("*.yaml")):
+        walk(yaml.safe_load(path.read_text()), path.name)
