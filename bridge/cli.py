@@ -340,7 +340,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-timeout", type=float, default=120.0, help="seconds rank 0 waits for every peer's sshd")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
     p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("operator", help="run the Kubernetes operator: TrainJobs with spec.managedBy "
+                                         "hpcbridge.io/bridge run on the BridgeClusters they name")
+    p.add_argument("--namespace", "-n", action="append", default=[],
+                   help="watch only this namespace (repeatable; default: every namespace)")
+    p.add_argument("--default-cluster", help="BridgeCluster for TrainJobs whose annotations and runtime name none")
+    p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.set_defaults(func=cmd_operator)
     return parser
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from bridge.operator.main import run
+
+    return run(namespaces=args.namespace, default_cluster=args.default_cluster, liveness=args.liveness)
 
 
 def _version() -> str:

@@ -284,15 +284,21 @@ def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | Cluste
     return candidates[-1]
 
 
-def select_cluster(trainjob: TrainJob, runtime, clusters: Mapping[str, BridgeCluster], override: str | None = None):
-    """The target cluster: the explicit choice, else the TrainJob's annotation, else the runtime's, else local."""
+def select_cluster(trainjob: TrainJob, runtime, clusters: Mapping[str, BridgeCluster], override: str | None = None,
+                   default: str = "local"):
+    """The target cluster: the explicit choice, else the TrainJob's annotation, else the runtime's, else
+    *default* (``local`` for the CLI; the operator's own)."""
     name = override
     if name is None:
         name = (trainjob.metadata.annotations or {}).get(CLUSTER_ANNOTATION)
     if name is None and runtime is not None:
         meta = runtime.metadata
         name = (meta.annotations or {}).get(CLUSTER_ANNOTATION) or (meta.labels or {}).get(CLUSTER_ANNOTATION)
-    name = name or "local"
+    name = name or default
+    if not name:
+        raise InvalidSpec(f"metadata.annotations[{CLUSTER_ANNOTATION}]", None,
+                          f"name the cluster to run on, on the TrainJob or its runtime; configured: "
+                          f"{', '.join(sorted(clusters)) or 'none'}")
     if name not in clusters:
         raise InvalidSpec(f"metadata.annotations[{CLUSTER_ANNOTATION}]", name,
                           f"no such cluster; configured: {', '.join(sorted(clusters))}")

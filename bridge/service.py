@@ -245,8 +245,9 @@ class Prepared:
 
 
 def prepare(source: Input, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
-            configured: Mapping[str, BridgeCluster] | None = None) -> Prepared:
-    """Input → plan → artifact for the chosen cluster (or backend type, with *to*); nothing is sent."""
+            configured: Mapping[str, BridgeCluster] | None = None, default_cluster: str = "local") -> Prepared:
+    """Input → plan → artifact for the chosen cluster (or backend type, with *to*); nothing is sent. A TrainJob
+    whose annotations and runtime name no cluster goes to *default_cluster*."""
     from bridge.api.catalog import all_runtimes
     from bridge.api.cluster import BridgeCluster
     from bridge.plan import ANNOTATION_PREFIX, find_runtime, resolve, select_cluster
@@ -265,7 +266,7 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
                 raise InvalidSpec(f"{source.source}: BridgeCluster {obj.name}", obj.name,
                                   "a cluster in an input file may not replace a configured cluster of the same name")
             available[obj.name] = obj
-        target = select_cluster(trainjob, runtime, available, cluster)
+        target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster)
     if target.spec.type != "kubernetes":
         trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")
     adapter = get_adapter(target)
@@ -416,6 +417,11 @@ def status(adapter: Adapter, job_ids: Sequence[str], retry: Retry = NO_RETRY) ->
     return [found[ref] for ref in refs]
 
 
+def poll(adapter: Adapter, refs: Sequence[JobRef], retry: Retry = NO_RETRY) -> dict[JobRef, JobStatus]:
+    """The state of many jobs of one cluster in one batched query (what a sync loop calls each cycle)."""
+    return retry.call(lambda: adapter.poll(refs)) if refs else {}
+
+
 def list_jobs(adapter: Adapter, retry: Retry = NO_RETRY) -> list[JobStatus]:
     return retry.call(adapter.list_jobs)
 
@@ -460,6 +466,16 @@ def cancel(adapter: Adapter, job_ids: Sequence[str], signal: str | None = None, 
         raise InvalidSpec("--grace", grace_seconds, "must not be negative")
     for ref in job_refs(adapter, job_ids):
         retry.call(lambda ref=ref: adapter.cancel(ref, signal=name, grace_seconds=grace_seconds))
+
+
+def stop_and_remove(adapter: Adapter, ref: JobRef, retry: Retry = NO_RETRY) -> None:
+    """Cancel a job and remove what submitting it created (a JobSet and its Secret), for a TrainJob that is
+    deleted: nothing of it stays running or stored on the cluster. Backends that keep no objects only cancel."""
+    status = retry.call(lambda: adapter.poll([ref])[ref])
+    if not status.state.finished and status.state.value != "Unknown":
+        retry.call(lambda: adapter.cancel(ref))
+    if adapter.capabilities.unique_names:
+        retry.call(lambda: adapter.remove(ref))
 
 
 def logs(adapter: Adapter, job_id: str, follow: bool = False) -> Iterator[str]:

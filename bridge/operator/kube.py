@@ -1,0 +1,138 @@
+"""What the operator reads from and writes to its own Kubernetes API: BridgeClusters and runtimes in, TrainJob
+annotations, status conditions and Events out. The kubernetes client is blocking; the reconciler calls this
+from worker threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from bridge.errors import BackendUnavailable, InvalidSpec
+
+TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
+BRIDGE_GROUP, BRIDGE_VERSION = "hpcbridge.io", "v1alpha1"
+COMPONENT = "hpcbridge-operator"
+
+
+class Gone(Exception):
+    """The TrainJob was deleted, or replaced by another of the same name (another uid)."""
+
+
+class KubeApi:
+    """The operator's API client. ``clusters`` are re-read at most every *cluster_ttl* seconds."""
+
+    def __init__(self, api_client: Any = None, cluster_ttl: float = 5.0) -> None:
+        from kubernetes import client, config
+
+        if api_client is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            api_client = client.ApiClient()
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.cluster_ttl = cluster_ttl
+        self._clusters: tuple[float, dict] | None = None
+        self._lock = threading.Lock()
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise
+            raise BackendUnavailable("kubernetes", f"{what}: HTTP {exc.status} {exc.reason}") from None
+        except (HTTPError, OSError) as exc:
+            raise BackendUnavailable("kubernetes", f"{what}: {exc}") from None
+
+    # --- in
+
+    def clusters(self) -> dict:
+        """BridgeClusters by name; one that does not validate is left out (and named when asked for)."""
+        from bridge.api.loader import parse_object
+
+        with self._lock:
+            if self._clusters is not None and time.monotonic() - self._clusters[0] < self.cluster_ttl:
+                return self._clusters[1]
+        listing = self._call("list bridgeclusters", self.custom.list_cluster_custom_object, BRIDGE_GROUP,
+                             BRIDGE_VERSION, "bridgeclusters")
+        found = {}
+        for item in listing.get("items", []):
+            try:
+                obj = parse_object(_clean(item), f"BridgeCluster {item['metadata']['name']}")
+            except InvalidSpec:
+                continue
+            found[obj.name] = obj
+        with self._lock:
+            self._clusters = (time.monotonic(), found)
+        return found
+
+    def runtime(self, namespace: str, kind: str, name: str):
+        """The runtime a TrainJob names, from the API; None when there is none (a built-in may stand in)."""
+        from kubernetes.client.exceptions import ApiException
+
+        from bridge.api.loader import parse_object
+
+        try:
+            if kind == "TrainingRuntime":
+                item = self._call("get trainingruntime", self.custom.get_namespaced_custom_object, TRAINER_GROUP,
+                                  TRAINER_VERSION, namespace, "trainingruntimes", name)
+            else:
+                item = self._call("get clustertrainingruntime", self.custom.get_cluster_custom_object,
+                                  TRAINER_GROUP, TRAINER_VERSION, "clustertrainingruntimes", name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return parse_object(_clean(item), f"{kind} {name}")
+
+    # --- out
+
+    def annotate(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> None:
+        self._patch("annotate trainjob", self.custom.patch_namespaced_custom_object, namespace, name,
+                    {"metadata": {"uid": uid, "annotations": annotations}})
+
+    def write_conditions(self, namespace: str, name: str, uid: str, conditions: list[dict]) -> None:
+        self._patch("write trainjob status", self.custom.patch_namespaced_custom_object_status, namespace, name,
+                    {"metadata": {"uid": uid}, "status": {"conditions": conditions}})
+
+    def _patch(self, what: str, fn, namespace: str, name: str, body: dict) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            # metadata.uid in the patch is a precondition: a TrainJob re-created under the same name is not touched
+            self._call(what, fn, TRAINER_GROUP, TRAINER_VERSION, namespace, "trainjobs", name, body,
+                       _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise Gone(f"{namespace}/{name}") from None
+            raise
+
+    def event(self, namespace: str, name: str, uid: str, reason: str, message: str, warning: bool = False) -> None:
+        """A core/v1 Event on the TrainJob (what `kubectl describe` shows). Never fails the caller."""
+        import datetime
+
+        stamp = datetime.datetime.now(datetime.UTC)
+        body = {"metadata": {"generateName": f"{name}.", "namespace": namespace},
+                "involvedObject": {"apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}", "kind": "TrainJob",
+                                   "name": name, "namespace": namespace, "uid": uid},
+                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+                "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        try:
+            self._call("post event", self.core.create_namespaced_event, namespace, body)
+        except Exception:  # an event is a courtesy; the status is the record
+            pass
+
+
+def _clean(item: dict) -> dict:
+    """An API object as our models read it: without status, and metadata without the server's bookkeeping."""
+    metadata = {key: value for key, value in (item.get("metadata") or {}).items()
+                if key in ("name", "namespace", "uid", "labels", "annotations", "generation")}
+    return {key: value for key, value in item.items() if key not in ("status", "metadata")} | {"metadata": metadata}

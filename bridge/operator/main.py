@@ -1,0 +1,74 @@
+"""kopf wiring: watch TrainJobs whose ``spec.managedBy`` is hpc-bridge's and hand them to the Reconciler.
+
+Handlers are thin: kopf keeps a finalizer on every such TrainJob (so deleting one cancels its backend job
+first), retries what the Reconciler calls temporary and stops on what it calls permanent. kopf's own progress
+and diff-base go into ``operator.hpcbridge.io`` annotations, since the Trainer CRD's status schema has no room for them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import kopf
+
+from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
+from bridge.operator.reconciler import OPERATOR_PREFIX, Permanent, Reconciler, Temporary, Timing
+from bridge.plan import MANAGED_BY_BRIDGE
+
+FINALIZER = "hpcbridge.io/finalizer"
+_reconciler: Reconciler | None = None
+
+
+def _ours() -> dict:
+    return {"field": "spec.managedBy", "value": MANAGED_BY_BRIDGE}
+
+
+@kopf.on.startup()
+def _configure(settings: kopf.OperatorSettings, **_) -> None:
+    settings.persistence.finalizer = FINALIZER
+    prefix = OPERATOR_PREFIX.rstrip("/")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=prefix,
+                                                                            key="last-handled-configuration")
+    settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's only its failures
+    settings.execution.max_workers = 16
+    settings.watching.server_timeout = 300
+
+
+def _call(fn, body) -> None:
+    try:
+        fn(body)
+    except Temporary as exc:
+        raise kopf.TemporaryError(str(exc), delay=exc.delay) from None
+    except Permanent as exc:
+        raise kopf.PermanentError(str(exc)) from None
+
+
+@kopf.on.resume(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="resume", **_ours())
+@kopf.on.create(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="create", **_ours())
+def _run(body, **_) -> None:
+    assert _reconciler is not None
+    _call(_reconciler.run, dict(body))
+
+
+@kopf.on.delete(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="delete", **_ours())
+def _delete(body, **_) -> None:
+    assert _reconciler is not None
+    _call(_reconciler.delete, dict(body))
+
+
+@kopf.on.cleanup()
+def _cleanup(**_) -> None:
+    if _reconciler is not None:
+        _reconciler.shutdown()
+
+
+def run(namespaces: Sequence[str] = (), default_cluster: str | None = None, timing: Timing | None = None,
+        liveness: str | None = None) -> int:
+    """Run the operator until it is stopped (SIGTERM/SIGINT): every namespace, or only *namespaces*."""
+    global _reconciler
+    _reconciler = Reconciler(KubeApi(), default_cluster=default_cluster, timing=timing or Timing())
+    kopf.configure(verbose=False)
+    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces), liveness_endpoint=liveness)
+    return 0

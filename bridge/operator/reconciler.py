@@ -1,0 +1,298 @@
+"""The operator's logic, without kopf: run a TrainJob (resolve + submit through ``bridge.service``, as the CLI
+does), follow it with one sync loop per BridgeCluster (one batched poll per cycle for all of its TrainJobs,
+conditions and Events on every change), stop it when it is deleted.
+
+kopf (``bridge.operator.main``) only routes watch events here; the API is behind ``KubeApi`` so the logic is
+tested with the real API server and, in unit tests, with a fake.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge import service
+from bridge.errors import BackendRejected, BridgeError, InvalidSpec
+from bridge.operator import conditions as cond
+from bridge.plan import MANAGED_BY_BRIDGE
+
+log = logging.getLogger("hpcbridge.operator")
+
+#: what the operator writes on TrainJobs: a prefix of its own, apart from the hpcbridge.io/ knobs users set
+#: (the plan refuses hpcbridge.io/ annotations it does not know)
+OPERATOR_PREFIX = "operator.hpcbridge.io/"
+#: where the TrainJob records its backend job, so a restarted operator, `kubectl` and the CLI find it
+JOB_ID_ANNOTATION = f"{OPERATOR_PREFIX}job-id"
+JOB_CLUSTER_ANNOTATION = f"{OPERATOR_PREFIX}job-cluster"
+
+
+class Permanent(Exception):
+    """The TrainJob cannot run as written (its status says why); retrying will not help."""
+
+
+class Temporary(Exception):
+    """The backend could not be reached; try again after ``delay`` seconds."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+@dataclass
+class Tracked:
+    namespace: str
+    name: str
+    uid: str
+    ref: Any  # JobRef
+    conditions: list[dict]
+    generation: int | None = None
+    #: (state, reason, message, exit code) last written
+    last: tuple | None = None
+    done: bool = False
+
+
+@dataclass
+class Timing:
+    """Sync loop intervals: *fast* after a change, doubling to *slow* while nothing changes."""
+
+    fast: float = 0.5
+    slow: float = 5.0
+    outage_retry: float = 2.0
+
+
+class ClusterSync:
+    """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle."""
+
+    def __init__(self, cluster_name: str, adapter, api, timing: Timing) -> None:
+        self.cluster_name, self.adapter, self.api, self.timing = cluster_name, adapter, api, timing
+        self.tracked: dict[str, Tracked] = {}
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.unavailable: str | None = None
+        self.thread = threading.Thread(target=self._loop, name=f"sync-{cluster_name}", daemon=True)
+        self.thread.start()
+
+    def track(self, item: Tracked) -> None:
+        with self.lock:
+            self.tracked[item.uid] = item
+        self.wake.set()
+
+    def forget(self, uid: str) -> Tracked | None:
+        with self.lock:
+            return self.tracked.pop(uid, None)
+
+    def change(self, item: Tracked, changes: list[cond.Change]) -> bool:
+        """Apply *changes* to the TrainJob's conditions and write them (the one writer of our conditions);
+        False when the TrainJob is gone (it is then no longer followed)."""
+        from bridge.operator.kube import Gone
+
+        with self.lock:
+            updated = cond.apply(item.conditions, changes, item.generation)
+            if updated == item.conditions:
+                return True
+            try:
+                self.api.write_conditions(item.namespace, item.name, item.uid, updated)
+            except Gone:
+                self.tracked.pop(item.uid, None)
+                item.done = True
+                return False
+            item.conditions = updated
+            return True
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+
+    def _loop(self) -> None:
+        interval = self.timing.fast
+        while not self.stopping.is_set():
+            with self.lock:
+                active = [item for item in self.tracked.values() if not item.done]
+            if not active:
+                self.wake.wait(self.timing.slow)
+                self.wake.clear()
+                continue
+            try:
+                changed = self.cycle(active)
+            except BridgeError as exc:
+                self._outage(active, str(exc))
+                self.wake.wait(self.timing.outage_retry)
+                self.wake.clear()
+                continue
+            except Exception:  # never let one bad answer end the loop for every TrainJob of the cluster
+                log.exception("sync loop for cluster %s", self.cluster_name)
+                changed = False
+            interval = self.timing.fast if changed else min(interval * 2, self.timing.slow)
+            self.wake.wait(interval)
+            self.wake.clear()
+
+    def cycle(self, active: list[Tracked]) -> bool:
+        statuses = service.poll(self.adapter, [item.ref for item in active])
+        if self.unavailable is not None:
+            self.unavailable = None
+            for item in active:
+                self._safely(item, [cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable",
+                                                f"cluster {self.cluster_name} answers again")])
+        changed = False
+        for item in active:
+            status = statuses.get(item.ref)
+            if status is None:
+                continue
+            key = (status.state.value, status.reason, status.message, status.exit_code)
+            if key == item.last:
+                continue
+            changed = True
+            job = f"{self.adapter.backend} job {item.ref.job_id} on cluster {self.cluster_name}"
+            changes = cond.for_status(status.state.value, status.reason, status.message, status.exit_code, job)
+            if self._safely(item, changes):
+                # an Event per change of state; waiting is what Submitted already said
+                if (item.last is None or item.last[0] != key[0]) and key[0] not in ("Pending", "Unknown"):
+                    warning = status.state.value in ("Failed", "Cancelled", "Timeout")
+                    self.api.event(item.namespace, item.name, item.uid, status.state.value, changes[-1].message,
+                                   warning=warning)
+                item.last = key
+                item.done = status.state.finished
+        return changed
+
+    def _outage(self, active: list[Tracked], message: str) -> None:
+        if self.unavailable is None:
+            self.unavailable = message
+            for item in active:
+                if self._safely(item, [cond.Change(cond.BACKEND_UNAVAILABLE, True, "BackendUnavailable", message)]):
+                    self.api.event(item.namespace, item.name, item.uid, "BackendUnavailable", message, warning=True)
+
+    def _safely(self, item: Tracked, changes: list[cond.Change]) -> bool:
+        try:
+            return self.change(item, changes)
+        except BridgeError as exc:
+            log.warning("TrainJob %s/%s: status not written: %s", item.namespace, item.name, exc)
+            return False
+
+
+@dataclass
+class Reconciler:
+    """Runs, follows and stops TrainJobs managed by hpc-bridge."""
+
+    api: Any  # KubeApi
+    #: the cluster for a TrainJob that names none (its annotations, its runtime's)
+    default_cluster: str | None = None
+    timing: Timing = field(default_factory=Timing)
+    retry: service.Retry = field(default_factory=lambda: service.Retry(attempts=3))
+    adapter_for: Callable = service.get_adapter
+    syncs: dict[str, ClusterSync] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- entry points (kopf handlers call these)
+
+    def run(self, body: dict) -> None:
+        """A TrainJob created, or found at start-up: submit it (idempotently by uid) and follow it."""
+        meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        current = list((body.get("status") or {}).get("conditions") or [])
+        if spec.get("managedBy") != MANAGED_BY_BRIDGE:
+            return
+        if cond.finished(current):
+            return  # done before this operator started: its record stays as it is
+        from bridge.api.loader import parse_object
+        from bridge.operator.kube import _clean
+
+        item = Tracked(namespace, name, uid, None, current, meta.get("generation"))
+        try:
+            trainjob = parse_object(_clean(body), f"TrainJob {namespace}/{name}")
+            ref_spec = trainjob.spec.runtime_ref
+            runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
+            source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
+                                   f"TrainJob {namespace}/{name}", None)
+            prepared = service.prepare(source, configured=self.api.clusters(),
+                                       default_cluster=self.default_cluster or "")
+            submitted = service.submit(prepared, if_finished="attach", retry=self.retry)
+        except InvalidSpec as exc:
+            reason = "NamespaceNotAllowed" if exc.field == "metadata.namespace" else "InvalidTrainJob"
+            self._refuse(item, reason, str(exc))
+            raise Permanent(str(exc)) from None
+        except BackendRejected as exc:
+            self._refuse(item, "BackendRejected", str(exc))
+            raise Permanent(str(exc)) from None
+        except BridgeError as exc:
+            if not exc.retryable:
+                self._refuse(item, type(exc).__name__, str(exc))
+                raise Permanent(str(exc)) from None
+            self._standalone_change(item, [cond.Change(cond.BACKEND_UNAVAILABLE, True, "BackendUnavailable",
+                                                       str(exc))])
+            raise Temporary(str(exc), self.timing.outage_retry) from None
+        ref = submitted.ref
+        item.ref = ref
+        cluster = prepared.adapter.cluster.name
+        sync = self._sync(cluster, prepared.adapter)
+        self.api.annotate(namespace, name, uid, {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster})
+        job = f"{prepared.adapter.backend} job {ref.job_id} on cluster {cluster}"
+        first = not submitted.existing
+        sync.change(item, [cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}"),
+                           cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable", f"{job} found")])
+        if first:
+            self.api.event(namespace, name, uid, "Submitted", f"submitted as {job}")
+        sync.track(item)
+
+    def delete(self, body: dict) -> None:
+        """A TrainJob being deleted: its backend job is cancelled and what was created is removed."""
+        meta = body.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        uid, job_id = meta.get("uid"), annotations.get(JOB_ID_ANNOTATION)
+        cluster = annotations.get(JOB_CLUSTER_ANNOTATION)
+        for sync in list(self.syncs.values()):
+            sync.forget(uid)
+        if not job_id or not cluster:
+            return  # never submitted
+        clusters = self.api.clusters()
+        if cluster not in clusters:
+            log.warning("TrainJob %s/%s: cluster %s is gone; job %s left as it is", meta.get("namespace"),
+                        meta.get("name"), cluster, job_id)
+            return
+        from bridge.adapters.base import Identity
+
+        sync = self._sync(cluster, None)
+        ref = sync.adapter.ref(job_id, Identity(uid, meta.get("name"), meta.get("namespace") or "default"))
+        try:
+            service.stop_and_remove(sync.adapter, ref, retry=self.retry)
+        except BridgeError as exc:
+            if exc.retryable:
+                raise Temporary(str(exc), self.timing.outage_retry) from None
+            log.warning("TrainJob %s/%s: cancelling %s: %s", meta.get("namespace"), meta.get("name"), job_id, exc)
+
+    def shutdown(self) -> None:
+        for sync in self.syncs.values():
+            sync.stop()
+        for sync in self.syncs.values():
+            sync.thread.join(timeout=10)
+            sync.adapter.close()
+
+    # --- helpers
+
+    def _sync(self, cluster: str, adapter) -> ClusterSync:
+        with self._lock:
+            sync = self.syncs.get(cluster)
+            if sync is None:
+                if adapter is None:
+                    adapter = self.adapter_for(self.api.clusters()[cluster])
+                sync = self.syncs[cluster] = ClusterSync(cluster, adapter, self.api, self.timing)
+            return sync
+
+    def _refuse(self, item: Tracked, reason: str, message: str) -> None:
+        self._standalone_change(item, [cond.Change(cond.FAILED, True, reason, message)])
+        self.api.event(item.namespace, item.name, item.uid, reason, message, warning=True)
+
+    def _standalone_change(self, item: Tracked, changes: list[cond.Change]) -> None:
+        """Conditions for a TrainJob no sync loop follows (refused, or its cluster unreachable)."""
+        from bridge.operator.kube import Gone
+
+        updated = cond.apply(item.conditions, changes, item.generation)
+        if updated != item.conditions:
+            try:
+                self.api.write_conditions(item.namespace, item.name, item.uid, updated)
+            except Gone:
+                return
+            item.conditions = updated

@@ -1,0 +1,265 @@
+"""`hpcbridge operator` against a real API server (the real-node control plane) and real backends: TrainJobs
+applied as a Kubernetes user applies them run on the real Slurm cluster or as JobSets whose pods really run, and
+their status follows the backend's state.
+
+The operator runs as a separate process, as it would in its Deployment; the tests talk only to the API server
+(and read the backend to check what was really submitted).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.integration, pytest.mark.kubernetes, pytest.mark.slurm]
+
+ROOT = Path(__file__).resolve().parents[3]
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+
+
+def _apply_crds(api) -> None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((ROOT / "manifests" / "crds").glob("*.yaml")):
+        try:
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        except ApiException as exc:
+            assert exc.status == 409, exc.body
+    wanted = {"trainjobs.trainer.kubeflow.org", "bridgeclusters.hpcbridge.io", "trainingruntimes.trainer.kubeflow.org",
+              "clustertrainingruntimes.trainer.kubeflow.org"}
+    deadline = time.monotonic() + 60
+    while not wanted <= {c.metadata.name for c in ext.list_custom_resource_definition().items
+                         if any(x.type == "Established" and x.status == "True" for x in c.status.conditions or [])}:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+class Operator:
+    """One `hpcbridge operator` process and what the tests need around it."""
+
+    def __init__(self, cluster, slurm, base: Path) -> None:
+        from kubernetes import client
+
+        self.cluster, self.slurm, self.base = cluster, slurm, base
+        self.api = cluster.api_client()
+        self.custom = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.env = {**os.environ, "KUBECONFIG": str(cluster.kube.kubeconfig), "XDG_STATE_HOME": str(base / "state"),
+                    "SLURM_CONF": str(slurm.conf), "HPCBRIDGE_CONFIG": str(base / "no-clusters.yaml")}
+        (base / "no-clusters.yaml").write_text("")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log = open(self.base / f"operator-{time.monotonic_ns()}.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "operator"], env=self.env, cwd=self.base,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def logs(self) -> str:
+        return (Path(self.log.name).read_text()[-4000:]) if self.proc else ""
+
+    def namespace(self) -> str:
+        name = f"op-{uuid.uuid4().hex[:8]}"
+        self.core.create_namespace({"metadata": {"name": name}})
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.core.read_namespaced_service_account("default", name)
+                return name
+            except Exception:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+
+    def apply(self, namespace: str, name: str, cluster: str, command: list[str], runtime: str = "plain-slurm",
+              nodes: int = 1) -> dict:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
+                "metadata": {"name": name, "annotations": {"hpcbridge.io/cluster": cluster}},
+                "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": runtime},
+                         "trainer": {"numNodes": nodes, "command": command}}}
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", body)
+
+    def get(self, namespace: str, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+
+    def until(self, namespace: str, name: str, check, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            obj = self.get(namespace, name)
+            if check(obj):
+                return obj
+            assert time.monotonic() < deadline, (obj.get("metadata", {}).get("annotations"), obj.get("status"),
+                                                 self.logs())
+            time.sleep(0.2)
+
+    def events(self, namespace: str, name: str) -> list[tuple[str, str, str]]:
+        items = self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        return [(e.type, e.reason, e.message) for e in sorted(items, key=lambda e: e.metadata.creation_timestamp)]
+
+    def slurm_jobs(self, uid: str) -> list[str]:
+        """Slurm jobs (any state) whose comment carries this TrainJob uid."""
+        out = subprocess.run(["squeue", "--noheader", "--states=all", "--Format=JobID:20,Comment:400"],
+                             capture_output=True, text=True, env=self.env).stdout
+        return [line.split()[0] for line in out.splitlines() if uid in line]
+
+
+def condition(obj: dict, kind: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def is_true(kind: str):
+    return lambda obj: (condition(obj, kind) or {}).get("status") == "True"
+
+
+@pytest.fixture(scope="module")
+def operator(real_kube, slurm_cluster, tmp_path_factory):
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    base = tmp_path_factory.mktemp("operator")
+    op = Operator(real_kube, slurm_cluster, base)
+    _apply_crds(op.api)
+    slurm_spec = {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
+                  "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}
+    clusters = {
+        "slurm": slurm_spec,
+        "slurm-restricted": {**slurm_spec, "allowedNamespaces": ["somewhere-else"]},
+        "pods": {"type": "kubernetes", "kubernetes": {
+            "kubeconfig": str(real_kube.kube.kubeconfig), "imagePullPolicy": "Never",
+            "images": {"hpcbridge.test/plain": real_kube.images["node"].ref}}},
+    }
+    for name, spec in clusters.items():
+        try:
+            op.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+                "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
+                "spec": spec})
+        except ApiException as exc:
+            assert exc.status == 409, exc.body
+    runtime = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "plain-slurm"},
+               "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+                   "name": "node", "template": {
+                       "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                       "spec": {"backoffLimit": 0, "template": {"spec": {
+                           "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+                           "containers": [{"name": "node", "image": "hpcbridge.test/plain"}]}}}}}]}}}}
+    try:
+        client.CustomObjectsApi(op.api).create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes",
+                                                                     runtime)
+    except ApiException as exc:
+        assert exc.status == 409, exc.body
+    op.start()
+    yield op
+    op.kill(signal.SIGTERM)
+    op.api.close()
+
+
+def test_a_trainjob_applied_runs_on_slurm_and_completes(operator) -> None:
+    ns = operator.namespace()
+    created = operator.apply(ns, "hello", "slurm", ["sh", "-c", "echo hello from slurm"])
+    done = operator.until(ns, "hello", is_true("Complete"))
+    uid = created["metadata"]["uid"]
+    job_id = done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+    assert done["metadata"]["annotations"]["operator.hpcbridge.io/job-cluster"] == "slurm"
+    assert operator.slurm_jobs(uid) == [job_id]  # exactly one Slurm job carries this TrainJob
+    assert condition(done, "Submitted")["status"] == "True"
+    assert (condition(done, "Running") or {}).get("status") != "True"  # absent when it ended between two polls
+    assert done["status"]["conditions"][-1]["type"] == "Complete"  # kubectl's State column
+    assert f"slurm job {job_id} on cluster slurm succeeded" in condition(done, "Complete")["message"]
+    reasons = [reason for _, reason, _ in operator.events(ns, "hello")]
+    assert sorted(set(reasons)) == ["Submitted", "Succeeded"] and len(reasons) == 2, reasons
+    # the CLI sees the same job, by the id the TrainJob records
+    config = operator.base / "cli-clusters.yaml"
+    config.write_text(yaml.safe_dump({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                      "metadata": {"name": "slurm"}, "spec": {"type": "slurm", "slurm": {
+                                          "transport": "local", "slurmConf": str(operator.slurm.conf)}}}))
+    shown = subprocess.run([sys.executable, "-m", "bridge", "status", job_id, "--cluster", "slurm", "-o", "yaml"],
+                           capture_output=True, text=True, env={**operator.env, "HPCBRIDGE_CONFIG": str(config)})
+    assert yaml.safe_load(shown.stdout)[0]["state"] == "Succeeded", shown.stderr
+
+
+def test_a_failing_command_fails_the_trainjob_with_its_exit_code(operator) -> None:
+    ns = operator.namespace()
+    operator.apply(ns, "fails", "slurm", ["sh", "-c", "exit 7"])
+    failed = operator.until(ns, "fails", is_true("Failed"))
+    assert "with exit code 7" in condition(failed, "Failed")["message"], failed["status"]
+    assert ("Warning", "Failed") in [(kind, reason) for kind, reason, _ in operator.events(ns, "fails")]
+
+
+def test_a_namespace_the_cluster_does_not_allow_is_refused_and_nothing_is_submitted(operator) -> None:
+    ns = operator.namespace()
+    created = operator.apply(ns, "not-here", "slurm-restricted", ["true"])
+    refused = operator.until(ns, "not-here", is_true("Failed"))
+    failed = condition(refused, "Failed")
+    assert failed["reason"] == "NamespaceNotAllowed", failed
+    assert "does not accept this namespace" in failed["message"] and ns in failed["message"]
+    assert operator.slurm_jobs(created["metadata"]["uid"]) == []
+    assert "operator.hpcbridge.io/job-id" not in (refused["metadata"].get("annotations") or {})
+
+
+def test_deleting_a_running_trainjob_cancels_its_slurm_job(operator) -> None:
+    ns = operator.namespace()
+    created = operator.apply(ns, "long", "slurm", ["sleep", "600"])
+    running = operator.until(ns, "long", is_true("Running"))
+    job_id = running["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+    assert "hpcbridge.io/finalizer" in running["metadata"]["finalizers"]
+    operator.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "long")
+    deadline = time.monotonic() + 60
+    from kubernetes.client.exceptions import ApiException
+
+    while True:  # the finalizer lets it go once the Slurm job is cancelled
+        try:
+            operator.get(ns, "long")
+        except ApiException as exc:
+            assert exc.status == 404
+            break
+        assert time.monotonic() < deadline, operator.logs()
+        time.sleep(0.2)
+    state = subprocess.run(["scontrol", "show", "job", job_id, "-o"], capture_output=True, text=True,
+                           env=operator.env).stdout
+    assert "JobState=CANCELLED" in state, state
+    assert operator.slurm_jobs(created["metadata"]["uid"]) == [job_id]
+
+
+def test_a_trainjob_for_the_kubernetes_cluster_runs_as_a_jobset_on_real_pods(operator) -> None:
+    ns = operator.namespace()
+    operator.apply(ns, "on-pods", "pods", ["sh", "-c", "echo hello from a pod"])
+    done = operator.until(ns, "on-pods", is_true("Complete"), timeout=180)
+    assert done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"] == f"{ns}/on-pods"
+    from kubernetes import client
+
+    pods = client.CoreV1Api(operator.api).list_namespaced_pod(
+        ns, label_selector="jobset.sigs.k8s.io/jobset-name=on-pods").items
+    assert pods and pods[0].status.phase == "Succeeded"
+    log = client.CoreV1Api(operator.api).read_namespaced_pod_log(pods[0].metadata.name, ns)
+    assert "hello from a pod" in log
+
+
+def test_a_killed_operator_restarts_without_duplicating_or_losing_jobs(operator) -> None:
+    ns = operator.namespace()
+    names = [f"crash-{i}" for i in range(6)]
+    uids = {}
+    for name in names[:3]:
+        uids[name] = operator.apply(ns, name, "slurm", ["sleep", "3"])["metadata"]["uid"]
+    time.sleep(1.0)
+    operator.kill(signal.SIGKILL)  # mid-flight: some submitted, some maybe not yet
+    for name in names[3:]:
+        uids[name] = operator.apply(ns, name, "slurm", ["sleep", "3"])["metadata"]["uid"]
+    operator.start()
+    for name in names:
+        operator.until(ns, name, is_true("Complete"), timeout=180)
+    for name in names:
+        assert len(operator.slurm_jobs(uids[name])) == 1, (name, operator.slurm_jobs(uids[name]))

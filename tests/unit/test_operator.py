@@ -1,0 +1,95 @@
+"""The operator's logic without an API server: conditions from backend states, and a cluster's sync loop
+through an outage (the real API server, Slurm and kubelet pods: tests/integration/kubernetes/test_operator.py)."""
+
+from __future__ import annotations
+
+from bridge.adapters.base import JobRef, JobState, JobStatus
+from bridge.errors import BackendUnavailable
+from bridge.operator import conditions as cond
+from bridge.operator.reconciler import ClusterSync, Timing, Tracked
+
+
+def test_a_condition_turning_true_moves_last_and_keeps_its_time_while_unchanged() -> None:
+    first = cond.apply([], [cond.Change("Submitted", True, "Submitted", "as job 1")], at="T1")
+    assert first == [{"type": "Submitted", "status": "True", "reason": "Submitted", "message": "as job 1",
+                      "lastTransitionTime": "T1"}]
+    # a False condition that never was True is not written
+    assert cond.apply(first, [cond.Change("Running", False, "Pending")], at="T2") == first
+    running = cond.apply(first, [cond.Change("Running", True, "Running", "runs")], at="T2")
+    assert [c["type"] for c in running] == ["Submitted", "Running"]
+    same = cond.apply(running, [cond.Change("Submitted", True, "Submitted", "as job 1 (again)")], at="T3")
+    assert same[0]["lastTransitionTime"] == "T1" and same[0]["message"] == "as job 1 (again)"
+    done = cond.apply(running, cond.for_status("Succeeded", None, None, 0, "slurm job 1"), at="T4")
+    assert [(c["type"], c["status"]) for c in done] == [("Running", "False"), ("Submitted", "True"),
+                                                         ("Complete", "True")]
+    assert cond.finished(done) == "Complete" and cond.finished(running) is None
+
+
+def test_backend_states_map_to_kubeflow_conditions() -> None:
+    failed = cond.for_status("Failed", "NonZeroExitCode", None, 7, "slurm job 9 on cluster hpc")
+    assert failed[-1] == cond.Change("Failed", True, "NonZeroExitCode",
+                                     "slurm job 9 on cluster hpc failed with exit code 7 (NonZeroExitCode)")
+    assert cond.for_status("Timeout", "TimeLimit", None, None, "j")[-1].reason == "DeadlineExceeded"
+    assert cond.for_status("Cancelled", None, None, None, "j")[-1].reason == "Cancelled"
+    assert cond.for_status("Suspended", None, None, None, "j")[-1] == cond.Change("Suspended", True, "Suspended",
+                                                                                  "TrainJob is suspended")
+    pending = cond.for_status("Pending", "Resources", None, None, "j")
+    assert pending[-1] == cond.Change("Running", False, "Resources", "j is pending: Resources")
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.written: list[tuple[str, list[dict]]] = []
+        self.events: list[tuple[str, str, bool]] = []
+
+    def write_conditions(self, namespace, name, uid, conditions) -> None:
+        self.written.append((name, conditions))
+
+    def event(self, namespace, name, uid, reason, message, warning=False) -> None:
+        self.events.append((name, reason, warning))
+
+
+class FakeAdapter:
+    backend = "slurm"
+
+    def __init__(self) -> None:
+        self.states: dict[str, JobState] = {}
+        self.down = False
+        self.polls = 0
+
+    def poll(self, refs):
+        self.polls += 1
+        if self.down:
+            raise BackendUnavailable("slurm", "slurmctld: connection refused")
+        return {ref: JobStatus(ref, self.states[ref.job_id]) for ref in refs}
+
+    def close(self) -> None:
+        pass
+
+
+def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -> None:
+    api, adapter = FakeApi(), FakeAdapter()
+    sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))
+    sync.stop()
+    sync.thread.join(timeout=5)
+    items = [Tracked("ns", f"job-{i}", f"uid-{i}", JobRef("hpc", "slurm", str(i), f"uid-{i}", f"job-{i}"), [])
+             for i in range(3)]
+    for item in items:
+        adapter.states[item.ref.job_id] = JobState.RUNNING
+    assert sync.cycle(items) is True and adapter.polls == 1
+    assert [e for e in api.events if e[1] == "Running"] == [(f"job-{i}", "Running", False) for i in range(3)]
+    assert sync.cycle(items) is False and adapter.polls == 2  # nothing changed: nothing written
+    written = len(api.written)
+    adapter.down = True
+    sync._outage(items, "slurm unavailable: slurmctld: connection refused")
+    sync._outage(items, "slurm unavailable: slurmctld: connection refused")  # reported once per outage
+    assert len(api.written) == written + 3
+    assert all(not item.done and cond.finished(item.conditions) is None for item in items)
+    assert [c["type"] for c in items[0].conditions][-1] == "BackendUnavailable"
+    adapter.down = False
+    adapter.states["0"] = JobState.SUCCEEDED
+    assert sync.cycle(items) is True
+    assert items[1].conditions[0]["type"] == "BackendUnavailable" and items[1].conditions[0]["status"] == "False"
+    assert items[1].conditions[-1]["type"] == "Running"  # what kubectl's State column shows again
+    assert items[0].done and cond.finished(items[0].conditions) == "Complete"
+    assert not items[1].done
