@@ -20,8 +20,8 @@ FINALIZER = "hpcbridge.io/finalizer"
 _reconciler: Reconciler | None = None
 
 
-def _ours() -> dict:
-    return {"field": "spec.managedBy", "value": MANAGED_BY_BRIDGE}
+def _ours(spec, **_) -> bool:
+    return spec.get("managedBy") == MANAGED_BY_BRIDGE
 
 
 @kopf.on.startup()
@@ -45,14 +45,22 @@ def _call(fn, body) -> None:
         raise kopf.PermanentError(str(exc)) from None
 
 
-@kopf.on.resume(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="resume", **_ours())
-@kopf.on.create(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="create", **_ours())
+@kopf.on.resume(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="resume", when=_ours)
+@kopf.on.create(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="create", when=_ours)
 def _run(body, **_) -> None:
     assert _reconciler is not None
     _call(_reconciler.run, dict(body))
 
 
-@kopf.on.delete(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="delete", **_ours())
+@kopf.on.field(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="suspend", field="spec.suspend", when=_ours)
+def _suspend(body, old, new, reason, **_) -> None:
+    assert _reconciler is not None
+    if reason != "update" or bool(old) == bool(new):
+        return  # created (suspended or not) is the create handler's
+    _call(_reconciler.suspend if new else _reconciler.run, dict(body))
+
+
+@kopf.on.delete(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="delete", when=_ours)
 def _delete(body, **_) -> None:
     assert _reconciler is not None
     _call(_reconciler.delete, dict(body))

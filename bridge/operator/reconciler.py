@@ -86,11 +86,13 @@ class ClusterSync:
             return self.tracked.pop(uid, None)
 
     def change(self, item: Tracked, changes: list[cond.Change]) -> bool:
-        """Apply *changes* to the TrainJob's conditions and write them (the one writer of our conditions);
-        False when the TrainJob is gone (it is then no longer followed)."""
+        """Apply *changes* to a followed TrainJob's conditions and write them (the one writer of them while it
+        is followed); False when it is no longer followed, or gone (then no longer followed)."""
         from bridge.operator.kube import Gone
 
         with self.lock:
+            if self.tracked.get(item.uid) is not item:
+                return False  # suspended or deleted meanwhile: what a poll before that said is stale
             updated = cond.apply(item.conditions, changes, item.generation)
             if updated == item.conditions:
                 return True
@@ -189,7 +191,8 @@ class Reconciler:
     # --- entry points (kopf handlers call these)
 
     def run(self, body: dict) -> None:
-        """A TrainJob created, or found at start-up: submit it (idempotently by uid) and follow it."""
+        """A TrainJob created, resumed, or found at start-up: submit it (idempotently by uid) and follow it;
+        a suspended one (Kueue creates them suspended until admitted) is only marked Suspended."""
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
         current = list((body.get("status") or {}).get("conditions") or [])
@@ -201,6 +204,14 @@ class Reconciler:
         from bridge.operator.kube import _clean
 
         item = Tracked(namespace, name, uid, None, current, meta.get("generation"))
+        if spec.get("suspend"):
+            self._standalone_change(item, [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
+                                           cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")])
+            return
+        # resumed after a suspend: the job the suspend stopped is finished, and runs again (a job sent after the
+        # resume is found still running, or has finished and then the TrainJob is finished too)
+        suspended = next((c for c in current if c.get("type") == cond.SUSPENDED), None)
+        if_finished = "rerun" if suspended is not None else "attach"
         try:
             trainjob = parse_object(_clean(body), f"TrainJob {namespace}/{name}")
             ref_spec = trainjob.spec.runtime_ref
@@ -209,7 +220,7 @@ class Reconciler:
                                    f"TrainJob {namespace}/{name}", None)
             prepared = service.prepare(source, configured=self.api.clusters(),
                                        default_cluster=self.default_cluster or "")
-            submitted = service.submit(prepared, if_finished="attach", retry=self.retry)
+            submitted = service.submit(prepared, if_finished=if_finished, retry=self.retry)
         except InvalidSpec as exc:
             reason = "NamespaceNotAllowed" if exc.field == "metadata.namespace" else "InvalidTrainJob"
             self._refuse(item, reason, str(exc))
@@ -231,11 +242,47 @@ class Reconciler:
         self.api.annotate(namespace, name, uid, {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster})
         job = f"{prepared.adapter.backend} job {ref.job_id} on cluster {cluster}"
         first = not submitted.existing
-        sync.change(item, [cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}"),
-                           cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable", f"{job} found")])
+        changes = [cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}"),
+                   cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable", f"{job} found")]
+        if suspended is not None:
+            changes.append(cond.Change(cond.SUSPENDED, False, "Resumed", "TrainJob is resumed"))
+        sync.track(item)
+        sync.change(item, changes)
         if first:
             self.api.event(namespace, name, uid, "Submitted", f"submitted as {job}")
-        sync.track(item)
+
+    def suspend(self, body: dict, grace_seconds: float = 30.0) -> None:
+        """``spec.suspend`` set: the backend job is stopped (SIGTERM, then killed after the grace) and the
+        TrainJob shows Suspended; unsetting it runs the TrainJob again (``run``)."""
+        meta = body.get("metadata") or {}
+        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        current = list((body.get("status") or {}).get("conditions") or [])
+        if cond.finished(current):
+            return
+        item = None
+        for sync in list(self.syncs.values()):
+            item = sync.forget(uid) or item
+        annotations = meta.get("annotations") or {}
+        job_id, cluster = annotations.get(JOB_ID_ANNOTATION), annotations.get(JOB_CLUSTER_ANNOTATION)
+        if job_id and cluster and cluster in self.api.clusters():
+            from bridge.adapters.base import Identity
+
+            sync = self._sync(cluster, None)
+            ref = sync.adapter.ref(job_id, Identity(uid, name, namespace))
+            try:
+                status = service.poll(sync.adapter, [ref], retry=self.retry)[ref]
+                if not status.state.finished:
+                    service.cancel(sync.adapter, [job_id], signal="TERM", grace_seconds=grace_seconds,
+                                   retry=self.retry)
+            except BridgeError as exc:
+                if exc.retryable:
+                    raise Temporary(str(exc), self.timing.outage_retry) from None
+                raise Permanent(str(exc)) from None
+            self.api.event(namespace, name, uid, "Suspended", f"{sync.adapter.backend} job {job_id} stopped")
+        latest = item.conditions if item is not None else current
+        self._standalone_change(Tracked(namespace, name, uid, None, latest, meta.get("generation")),
+                                [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
+                                 cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")])
 
     def delete(self, body: dict) -> None:
         """A TrainJob being deleted: its backend job is cancelled and what was created is removed."""

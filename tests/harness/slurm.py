@@ -176,6 +176,35 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
             time.sleep(0.05)
         self.pids = [int(f.read_text().strip()) for f in (self.base / "run").glob("*.pid") if f.read_text().strip()]
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld alone (an outage): slurmd and the jobs they run go on."""
+        pid = int((self.base / "run" / "slurmctld.pid").read_text().strip())
+        os.kill(pid, 15)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        self.pids = [p for p in self.pids if p != pid]
+
+    def start_controller(self) -> None:
+        """slurmctld again, recovering its saved state (jobs included)."""
+        pid_file = self.base / "run" / "slurmctld.pid"
+        pid_file.unlink(missing_ok=True)
+        subprocess.run(["slurmctld"], env=self.env, check=True)
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"slurmctld did not start again: {self.log_tail()}")
+            time.sleep(0.05)
+        self.pids.append(int(pid_file.read_text().strip()))
+        while self.run("scontrol", "ping").returncode != 0 or "UP" not in self.run("scontrol", "ping").stdout:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"slurmctld does not answer: {self.log_tail()}")
+            time.sleep(0.1)
+
     def log_tail(self, lines: int = 20) -> str:
         log = self.base / "log" / "slurmctld.log"
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"

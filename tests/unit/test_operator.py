@@ -76,6 +76,7 @@ def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -
              for i in range(3)]
     for item in items:
         adapter.states[item.ref.job_id] = JobState.RUNNING
+        sync.tracked[item.uid] = item
     assert sync.cycle(items) is True and adapter.polls == 1
     assert [e for e in api.events if e[1] == "Running"] == [(f"job-{i}", "Running", False) for i in range(3)]
     assert sync.cycle(items) is False and adapter.polls == 2  # nothing changed: nothing written
@@ -93,3 +94,9 @@ def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -
     assert items[1].conditions[-1]["type"] == "Running"  # what kubectl's State column shows again
     assert items[0].done and cond.finished(items[0].conditions) == "Complete"
     assert not items[1].done
+    # suspended (no longer followed) while a poll was out: what that poll said is not written
+    sync.forget(items[1].uid)
+    adapter.states["1"] = JobState.CANCELLED
+    before = list(items[1].conditions)
+    sync.cycle(items)
+    assert items[1].conditions == before and cond.finished(before) is None

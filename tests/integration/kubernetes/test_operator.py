@@ -85,12 +85,21 @@ class Operator:
                 time.sleep(0.1)
 
     def apply(self, namespace: str, name: str, cluster: str, command: list[str], runtime: str = "plain-slurm",
-              nodes: int = 1) -> dict:
+              nodes: int = 1, suspend: bool = False) -> dict:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
                 "metadata": {"name": name, "annotations": {"hpcbridge.io/cluster": cluster}},
-                "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": runtime},
+                "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": runtime}, "suspend": suspend,
                          "trainer": {"numNodes": nodes, "command": command}}}
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", body)
+
+    def suspend(self, namespace: str, name: str, value: bool) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name,
+                                                   {"spec": {"suspend": value}})
+
+    def slurm_state(self, job_id: str) -> str:
+        shown = subprocess.run(["scontrol", "show", "job", job_id, "-o"], capture_output=True, text=True,
+                               env=self.env).stdout
+        return next((f.split("=", 1)[1] for f in shown.split() if f.startswith("JobState=")), "")
 
     def get(self, namespace: str, name: str) -> dict:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
@@ -263,3 +272,61 @@ def test_a_killed_operator_restarts_without_duplicating_or_losing_jobs(operator)
         operator.until(ns, name, is_true("Complete"), timeout=180)
     for name in names:
         assert len(operator.slurm_jobs(uids[name])) == 1, (name, operator.slurm_jobs(uids[name]))
+
+
+def test_suspend_stops_the_slurm_job_and_resume_runs_it_again(operator) -> None:
+    ns = operator.namespace()
+    created = operator.apply(ns, "pausable", "slurm", ["sleep", "600"])
+    first = operator.until(ns, "pausable", is_true("Running"))["metadata"]["annotations"][
+        "operator.hpcbridge.io/job-id"]
+    operator.suspend(ns, "pausable", True)
+    suspended = operator.until(ns, "pausable", is_true("Suspended"))
+    assert suspended["status"]["conditions"][-1]["type"] == "Suspended"
+    assert cond_false(suspended, "Running") and not is_true("Failed")(suspended)
+    assert operator.slurm_state(first) == "CANCELLED"
+    operator.suspend(ns, "pausable", False)
+    resumed = operator.until(ns, "pausable", lambda o: is_true("Running")(o) and o["metadata"]["annotations"][
+        "operator.hpcbridge.io/job-id"] != first)
+    assert condition(resumed, "Suspended")["reason"] == "Resumed" and cond_false(resumed, "Suspended")
+    second = resumed["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+    assert sorted(operator.slurm_jobs(created["metadata"]["uid"]), key=int) == [first, second]
+    operator.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "pausable")
+
+
+def test_a_trainjob_created_suspended_waits_until_resumed(operator) -> None:
+    # how Kueue holds a TrainJob until it is admitted
+    ns = operator.namespace()
+    created = operator.apply(ns, "held", "slurm", ["true"], suspend=True)
+    operator.until(ns, "held", is_true("Suspended"))
+    time.sleep(2)
+    assert operator.slurm_jobs(created["metadata"]["uid"]) == []
+    operator.suspend(ns, "held", False)
+    done = operator.until(ns, "held", is_true("Complete"))
+    assert len(operator.slurm_jobs(created["metadata"]["uid"])) == 1
+    assert cond_false(done, "Suspended")
+
+
+def test_a_slurmctld_outage_is_backend_unavailable_and_nothing_fails(operator) -> None:
+    ns = operator.namespace()
+    running = operator.apply(ns, "through-outage", "slurm", ["sleep", "12"])
+    operator.until(ns, "through-outage", is_true("Running"))
+    operator.slurm.stop_controller()
+    try:
+        operator.until(ns, "through-outage", is_true("BackendUnavailable"), timeout=60)
+        # applied while Slurm is down: retried until it is back, then submitted once
+        later = operator.apply(ns, "during-outage", "slurm", ["true"])
+        operator.until(ns, "during-outage", is_true("BackendUnavailable"), timeout=60)
+        time.sleep(5)
+        for name in ("through-outage", "during-outage"):
+            assert not is_true("Failed")(operator.get(ns, name))
+    finally:
+        operator.slurm.start_controller()
+    for name, created in (("through-outage", running), ("during-outage", later)):
+        done = operator.until(ns, name, is_true("Complete"), timeout=120)
+        assert cond_false(done, "BackendUnavailable"), done["status"]
+        assert done["status"]["conditions"][-1]["type"] == "Complete"
+        assert len(operator.slurm_jobs(created["metadata"]["uid"])) == 1
+
+
+def cond_false(obj: dict, kind: str) -> bool:
+    return (condition(obj, kind) or {}).get("status") == "False"
