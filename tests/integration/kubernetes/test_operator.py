@@ -25,16 +25,26 @@ ROOT = Path(__file__).resolve().parents[3]
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 
 
-def _apply_crds(api) -> None:
-    from kubernetes import client
+def _apply_kustomization(api, directory: Path) -> None:
+    """What `kubectl apply -k` does with manifests/operator (it uses resources and namespace only): every
+    resource it lists, namespaced ones put in its namespace; then wait for the CRDs to be served."""
+    from kubernetes import client, utils
     from kubernetes.client.exceptions import ApiException
 
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert set(kustomization) <= {"apiVersion", "kind", "namespace", "resources"}, "the test applies only these"
+    cluster_scoped = {"CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRoleBinding"}
+    for resource in kustomization["resources"]:
+        for doc in yaml.safe_load_all((directory / resource).read_text()):
+            if doc["kind"] not in cluster_scoped:
+                doc["metadata"]["namespace"] = kustomization["namespace"]
+            if doc["kind"] == "Deployment":
+                continue  # its image is not on this cluster's nodes; the operator runs as a process instead
+            try:
+                utils.create_from_dict(api, doc)
+            except utils.FailToCreateError as exc:
+                assert all(isinstance(e, ApiException) and e.status == 409 for e in exc.api_exceptions), exc
     ext = client.ApiextensionsV1Api(api)
-    for path in sorted((ROOT / "manifests" / "crds").glob("*.yaml")):
-        try:
-            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-        except ApiException as exc:
-            assert exc.status == 409, exc.body
     wanted = {"trainjobs.trainer.kubeflow.org", "bridgeclusters.hpcbridge.io", "trainingruntimes.trainer.kubeflow.org",
               "clustertrainingruntimes.trainer.kubeflow.org"}
     deadline = time.monotonic() + 60
@@ -42,6 +52,19 @@ def _apply_crds(api) -> None:
                          if any(x.type == "Established" and x.status == "True" for x in c.status.conditions or [])}:
         assert time.monotonic() < deadline
         time.sleep(0.2)
+
+
+def _service_account_kubeconfig(api, admin_kubeconfig: Path, path: Path) -> Path:
+    """A kubeconfig that authenticates as the operator's ServiceAccount (a bound token), as its pod would."""
+    from kubernetes import client
+
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(
+        "hpcbridge-operator", "hpcbridge-system", {"spec": {"expirationSeconds": 7200}}).status.token
+    config = yaml.safe_load(admin_kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 class Operator:
@@ -54,7 +77,9 @@ class Operator:
         self.api = cluster.api_client()
         self.custom = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
-        self.env = {**os.environ, "KUBECONFIG": str(cluster.kube.kubeconfig), "XDG_STATE_HOME": str(base / "state"),
+        # the operator runs as its ServiceAccount, with the RBAC manifests/operator grants and nothing more
+        kubeconfig = _service_account_kubeconfig(self.api, cluster.kube.kubeconfig, base / "operator.kubeconfig")
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "XDG_STATE_HOME": str(base / "state"),
                     "SLURM_CONF": str(slurm.conf), "HPCBRIDGE_CONFIG": str(base / "no-clusters.yaml")}
         (base / "no-clusters.yaml").write_text("")
         self.proc: subprocess.Popen | None = None
@@ -73,8 +98,14 @@ class Operator:
         return (Path(self.log.name).read_text()[-4000:]) if self.proc else ""
 
     def namespace(self) -> str:
+        """A namespace for TrainJobs, where the operator may run JobSets (manifests/operator/namespace-binding)."""
         name = f"op-{uuid.uuid4().hex[:8]}"
         self.core.create_namespace({"metadata": {"name": name}})
+        binding = yaml.safe_load((ROOT / "manifests" / "operator" / "namespace-binding.yaml").read_text())
+        binding["metadata"]["namespace"] = name
+        from kubernetes import client
+
+        client.RbacAuthorizationV1Api(self.api).create_namespaced_role_binding(name, binding)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -139,8 +170,10 @@ def operator(real_kube, slurm_cluster, tmp_path_factory):
     from kubernetes.client.exceptions import ApiException
 
     base = tmp_path_factory.mktemp("operator")
+    admin = real_kube.api_client()
+    _apply_kustomization(admin, ROOT / "manifests" / "operator")
+    admin.close()
     op = Operator(real_kube, slurm_cluster, base)
-    _apply_crds(op.api)
     slurm_spec = {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
                   "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}
     clusters = {
@@ -189,7 +222,9 @@ def test_a_trainjob_applied_runs_on_slurm_and_completes(operator) -> None:
     assert done["status"]["conditions"][-1]["type"] == "Complete"  # kubectl's State column
     assert f"slurm job {job_id} on cluster slurm succeeded" in condition(done, "Complete")["message"]
     reasons = [reason for _, reason, _ in operator.events(ns, "hello")]
-    assert sorted(set(reasons)) == ["Submitted", "Succeeded"] and len(reasons) == 2, reasons
+    # one Event per change of state (Running only when a poll saw it run)
+    assert {"Submitted", "Succeeded"} <= set(reasons) <= {"Submitted", "Running", "Succeeded"}, reasons
+    assert len(reasons) == len(set(reasons)), reasons
     # the CLI sees the same job, by the id the TrainJob records
     config = operator.base / "cli-clusters.yaml"
     config.write_text(yaml.safe_dump({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
@@ -330,3 +365,34 @@ def test_a_slurmctld_outage_is_backend_unavailable_and_nothing_fails(operator) -
 
 def cond_false(obj: dict, kind: str) -> bool:
     return (condition(obj, kind) or {}).get("status") == "False"
+
+
+def test_the_operators_service_account_can_do_its_work_and_read_no_other_secret(operator) -> None:
+    """RBAC from manifests/operator, asked of the real API server (SubjectAccessReview): every test in this file
+    runs the operator as that ServiceAccount, so what it needs it has; here, what it must not have."""
+    from kubernetes import client
+
+    authz = client.AuthorizationV1Api(operator.api)
+    sa = "system:serviceaccount:hpcbridge-system:hpcbridge-operator"
+    bound = operator.namespace()  # a namespace whose TrainJobs may run as JobSets here
+
+    def allowed(verb: str, resource: str, namespace: str | None = None, group: str = "",
+                subresource: str | None = None) -> bool:
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if namespace:
+            attributes["namespace"] = namespace
+        if subresource:
+            attributes["subresource"] = subresource
+        review = authz.create_subject_access_review({"spec": {"user": sa, "resourceAttributes": attributes}})
+        return bool(review.status.allowed)
+
+    assert allowed("watch", "trainjobs", group=GROUP) and allowed("patch", "trainjobs", "any-ns", GROUP, "status")
+    assert allowed("list", "bridgeclusters", group="hpcbridge.io")
+    assert allowed("get", "secrets", "hpcbridge-system")  # its BridgeClusters' credentials
+    assert allowed("create", "jobsets", bound, "jobset.x-k8s.io") and allowed("get", "secrets", bound)
+    for namespace in ("kube-system", "default", None):
+        assert not allowed("get", "secrets", namespace), namespace
+        assert not allowed("list", "secrets", namespace), namespace
+        assert not allowed("create", "jobsets", namespace, "jobset.x-k8s.io"), namespace
+    assert not allowed("create", "pods", bound) and not allowed("delete", "trainjobs", bound, GROUP)
+    assert not allowed("update", "clusterroles", group="rbac.authorization.k8s.io")
