@@ -259,13 +259,18 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
             raise InvalidSpec("--to", to, "give either --to or --cluster, not both")
         target = backend_cluster(to)
     else:
-        available = dict(configured if configured is not None else clusters())
+        # a mapping, not copied: the operator's resolves a cluster (its credentials) only when it is chosen
+        available: Mapping[str, BridgeCluster] = configured if configured is not None else clusters()
         inline = [obj for obj in source.objects if isinstance(obj, BridgeCluster)]
-        for obj in inline:
-            if obj.name in available:
-                raise InvalidSpec(f"{source.source}: BridgeCluster {obj.name}", obj.name,
-                                  "a cluster in an input file may not replace a configured cluster of the same name")
-            available[obj.name] = obj
+        if inline:
+            merged = dict(available)
+            for obj in inline:
+                if obj.name in merged:
+                    raise InvalidSpec(f"{source.source}: BridgeCluster {obj.name}", obj.name,
+                                      "a cluster in an input file may not replace a configured cluster of the same "
+                                      "name")
+                merged[obj.name] = obj
+            available = merged
         target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster)
     if target.spec.type != "kubernetes":
         trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")

@@ -4,8 +4,11 @@ from worker threads."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from bridge.errors import BackendUnavailable, InvalidSpec
@@ -22,7 +25,8 @@ class Gone(Exception):
 class KubeApi:
     """The operator's API client. ``clusters`` are re-read at most every *cluster_ttl* seconds."""
 
-    def __init__(self, api_client: Any = None, cluster_ttl: float = 5.0) -> None:
+    def __init__(self, api_client: Any = None, cluster_ttl: float = 5.0, credentials_namespace: str | None = None,
+                 secret_dir: str | None = None) -> None:
         from kubernetes import client, config
 
         if api_client is None:
@@ -37,6 +41,11 @@ class KubeApi:
         self.cluster_ttl = cluster_ttl
         self._clusters: tuple[float, dict] | None = None
         self._lock = threading.Lock()
+        #: where BridgeClusters' credential Secrets are read (and nowhere else)
+        self.credentials_namespace = credentials_namespace or _own_namespace()
+        #: credentials as files the SSH and REST transports read: private to this process's user
+        self.secret_dir = secret_dir or tempfile.mkdtemp(prefix="hpcbridge-operator-credentials-")
+        os.chmod(self.secret_dir, 0o700)
 
     def _call(self, what: str, fn, *args, **kwargs):
         from kubernetes.client.exceptions import ApiException
@@ -53,8 +62,13 @@ class KubeApi:
 
     # --- in
 
-    def clusters(self) -> dict:
-        """BridgeClusters by name; one that does not validate is left out (and named when asked for)."""
+    def clusters(self) -> Mapping:
+        """BridgeClusters by name, each with its Secret-held credentials written to files when it is looked up
+        (a Secret that cannot be read fails only TrainJobs for that cluster); one that does not validate is
+        left out."""
+        return _Clusters(self, self._cluster_objects())
+
+    def _cluster_objects(self) -> dict:
         from bridge.api.loader import parse_object
 
         with self._lock:
@@ -91,6 +105,46 @@ class KubeApi:
                 return None
             raise
         return parse_object(_clean(item), f"{kind} {name}")
+
+    def with_credentials(self, cluster):
+        """*cluster* with every ``...SecretRef`` of its connection replaced by the file it names, written from
+        the Secret (mode 0600, replaced atomically). The Secret's content is never logged or put in a message."""
+        import base64
+
+        from kubernetes.client.exceptions import ApiException
+
+        conn = cluster.spec.slurm
+        if conn is None:
+            return cluster
+        update: dict[str, Any] = {}
+        for ref_field, file_field, alias in (("key_secret_ref", "key_file", "keySecretRef"),
+                                             ("known_hosts_secret_ref", "known_hosts_file", "knownHostsSecretRef"),
+                                             ("token_secret_ref", "token_file", "tokenSecretRef")):
+            ref = getattr(conn, ref_field)
+            if ref is None:
+                continue
+            where = f"BridgeCluster {cluster.name}: spec.slurm.{alias}"
+            if ref.namespace not in (None, self.credentials_namespace):
+                raise InvalidSpec(f"{where}.namespace", ref.namespace, "the operator reads credentials only from "
+                                  f"Secrets in its own namespace {self.credentials_namespace}")
+            try:
+                secret = self._call(f"read secret {self.credentials_namespace}/{ref.name}",
+                                    self.core.read_namespaced_secret, ref.name, self.credentials_namespace)
+            except ApiException as exc:  # 404: perhaps applied in a moment; retried
+                raise BackendUnavailable("kubernetes", f"{where}: Secret {self.credentials_namespace}/{ref.name}: "
+                                         f"HTTP {exc.status} {exc.reason}") from None
+            encoded = (secret.data or {}).get(ref.key)
+            if encoded is None:
+                raise BackendUnavailable("kubernetes", f"{where}: Secret {self.credentials_namespace}/{ref.name} "
+                                         f"has no key {ref.key!r}")
+            path = os.path.join(self.secret_dir, f"{cluster.name}.{file_field}")
+            _write_private(path, base64.b64decode(encoded))
+            update[file_field] = path
+            update[ref_field] = None
+        if not update:
+            return cluster
+        slurm = conn.model_copy(update=update)
+        return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"slurm": slurm})})
 
     # --- out
 
@@ -136,3 +190,41 @@ def _clean(item: dict) -> dict:
     metadata = {key: value for key, value in (item.get("metadata") or {}).items()
                 if key in ("name", "namespace", "uid", "labels", "annotations", "generation")}
     return {key: value for key, value in item.items() if key not in ("status", "metadata")} | {"metadata": metadata}
+
+
+class _Clusters(Mapping):
+    """BridgeClusters by name; looking one up writes its credentials (``KubeApi.with_credentials``)."""
+
+    def __init__(self, api: KubeApi, objects: dict) -> None:
+        self.api, self.objects = api, objects
+
+    def __getitem__(self, name: str):
+        return self.api.with_credentials(self.objects[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.objects)
+
+    def __len__(self) -> int:
+        return len(self.objects)
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """*data* at *path*, readable by this user only, replacing the file in one rename (a transport reading it
+    meanwhile sees the old or the new content, never half)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _own_namespace() -> str:
+    """The namespace this operator runs in: its pod's (the ServiceAccount's), else $POD_NAMESPACE, else the
+    namespace manifests/operator installs it in."""
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return os.environ.get("POD_NAMESPACE") or "hpcbridge-system"

@@ -222,7 +222,8 @@ class Reconciler:
                                        default_cluster=self.default_cluster or "")
             submitted = service.submit(prepared, if_finished=if_finished, retry=self.retry)
         except InvalidSpec as exc:
-            reason = "NamespaceNotAllowed" if exc.field == "metadata.namespace" else "InvalidTrainJob"
+            reason = ("NamespaceNotAllowed" if exc.field == "metadata.namespace" else
+                      "InvalidBridgeCluster" if exc.field.startswith("BridgeCluster ") else "InvalidTrainJob")
             self._refuse(item, reason, str(exc))
             raise Permanent(str(exc)) from None
         except BackendRejected as exc:
@@ -267,9 +268,9 @@ class Reconciler:
         if job_id and cluster and cluster in self.api.clusters():
             from bridge.adapters.base import Identity
 
-            sync = self._sync(cluster, None)
-            ref = sync.adapter.ref(job_id, Identity(uid, name, namespace))
             try:
+                sync = self._sync(cluster, None)
+                ref = sync.adapter.ref(job_id, Identity(uid, name, namespace))
                 status = service.poll(sync.adapter, [ref], retry=self.retry)[ref]
                 if not status.state.finished:
                     service.cancel(sync.adapter, [job_id], signal="TERM", grace_seconds=grace_seconds,
@@ -301,9 +302,9 @@ class Reconciler:
             return
         from bridge.adapters.base import Identity
 
-        sync = self._sync(cluster, None)
-        ref = sync.adapter.ref(job_id, Identity(uid, meta.get("name"), meta.get("namespace") or "default"))
         try:
+            sync = self._sync(cluster, None)
+            ref = sync.adapter.ref(job_id, Identity(uid, meta.get("name"), meta.get("namespace") or "default"))
             service.stop_and_remove(sync.adapter, ref, retry=self.retry)
         except BridgeError as exc:
             if exc.retryable:

@@ -18,7 +18,7 @@ import pytest
 from tests.harness.kube import KubeCluster
 from tests.harness.kubelet import RealNodeCluster
 from tests.harness.netns import HostCluster
-from tests.harness.slurm import SlurmCluster
+from tests.harness.slurm import NetnsSlurmCluster, SlurmCluster
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +39,18 @@ def netns_hosts(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
 def slurm_cluster():
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-"))
     cluster = SlurmCluster(base)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def netns_slurm(netns_hosts):
+    """Slurm with slurmctld on the hosts' bridge and one slurmd per emulated host; node-0 doubles as the login
+    host the SSH transport reaches."""
+    cluster = NetnsSlurmCluster(Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-ns-")), netns_hosts)
     try:
         cluster.start()
         yield cluster

@@ -94,8 +94,11 @@ class Operator:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
 
-    def logs(self) -> str:
-        return (Path(self.log.name).read_text()[-4000:]) if self.proc else ""
+    def logs(self, tail: int | None = 4000) -> str:
+        """The operator's output: the last *tail* characters, every start's with ``tail=None``."""
+        if tail is None:
+            return "".join(path.read_text() for path in sorted(self.base.glob("operator-*.log")))
+        return (Path(self.log.name).read_text()[-tail:]) if self.proc else ""
 
     def namespace(self) -> str:
         """A namespace for TrainJobs, where the operator may run JobSets (manifests/operator/namespace-binding)."""
@@ -396,3 +399,47 @@ def test_the_operators_service_account_can_do_its_work_and_read_no_other_secret(
         assert not allowed("create", "jobsets", namespace, "jobset.x-k8s.io"), namespace
     assert not allowed("create", "pods", bound) and not allowed("delete", "trainjobs", bound, GROUP)
     assert not allowed("update", "clusterroles", group="rbac.authorization.k8s.io")
+
+
+@pytest.fixture(scope="module")
+def ssh_cluster(operator, netns_slurm, netns_hosts) -> str:
+    """A BridgeCluster that reaches Slurm over SSH (login host node-0), its key and known_hosts only in a Secret
+    in the operator's namespace; and one whose Secret is elsewhere."""
+    from kubernetes.client.exceptions import ApiException
+
+    operator.core.create_namespaced_secret("hpcbridge-system", {
+        "metadata": {"name": "slurm-ssh"}, "type": "Opaque",
+        "stringData": {"id_ed25519": netns_hosts.client_key.read_text(),
+                       "known_hosts": netns_hosts.known_hosts.read_text()}})
+    login = netns_hosts.host("node-0")
+    for name, namespace in (("slurm-ssh", None), ("slurm-ssh-elsewhere", "default")):
+        ref = {"name": "slurm-ssh", **({"namespace": namespace} if namespace else {})}
+        try:
+            operator.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+                "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
+                "spec": {"type": "slurm", "slurm": {
+                    "transport": "ssh", "host": login.ip, "user": "root", "slurmConf": str(netns_slurm.conf),
+                    "keySecretRef": {**ref, "key": "id_ed25519"}, "knownHostsSecretRef": {**ref, "key": "known_hosts"}},
+                    "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+        except ApiException as exc:
+            assert exc.status == 409, exc.body
+    return "slurm-ssh"
+
+
+def test_credentials_come_from_a_secret_and_never_show(operator, ssh_cluster, netns_hosts, netns_slurm) -> None:
+    ns = operator.namespace()
+    created = operator.apply(ns, "over-ssh", ssh_cluster, ["sh", "-c", "echo hello over ssh from $(hostname)"])
+    done = operator.until(ns, "over-ssh", is_true("Complete"))
+    job_id = done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+    shown = netns_slurm.run("scontrol", "show", "job", job_id, "-o").stdout
+    assert created["metadata"]["uid"] in shown and "JobState=COMPLETED" in shown, shown
+    # a Secret outside the operator's namespace is refused, and nothing is submitted
+    operator.apply(ns, "elsewhere", "slurm-ssh-elsewhere", ["true"])
+    refused = condition(operator.until(ns, "elsewhere", is_true("Failed")), "Failed")
+    assert refused["reason"] == "InvalidBridgeCluster" and "only from Secrets in its own namespace" in \
+        refused["message"], refused
+    key = netns_hosts.client_key.read_text()
+    secret_line = next(line for line in key.splitlines() if line and not line.startswith("-----"))
+    seen = operator.logs(tail=None) + yaml.safe_dump([operator.get(ns, n) for n in ("over-ssh", "elsewhere")]) + \
+        "".join(f"{e}" for n in ("over-ssh", "elsewhere") for e in operator.events(ns, n))
+    assert secret_line not in seen

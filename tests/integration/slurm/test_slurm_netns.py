@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,22 +18,11 @@ from bridge.api.cluster import BridgeCluster
 from bridge.errors import AlreadyRan, BackendUnavailable
 from bridge.plan import find_runtime, resolve
 from tests.harness import layer
-from tests.harness.slurm import NetnsSlurmCluster
 
 from .conftest import finished, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.mpi]
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def netns_slurm(netns_hosts):
-    cluster = NetnsSlurmCluster(Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-ns-")), netns_hosts)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def bridge_cluster(netns_slurm, **slurm) -> BridgeCluster:
