@@ -347,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="watch only this namespace (repeatable; default: every namespace)")
     p.add_argument("--default-cluster", help="BridgeCluster for TrainJobs whose annotations and runtime name none")
     p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on /metrics, e.g. 0.0.0.0:9090")
     p.set_defaults(func=cmd_operator)
     return parser
 
@@ -354,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_operator(args: argparse.Namespace) -> int:
     from bridge.operator.main import run
 
-    return run(namespaces=args.namespace, default_cluster=args.default_cluster, liveness=args.liveness)
+    return run(namespaces=args.namespace, default_cluster=args.default_cluster, liveness=args.liveness,
+               metrics=args.metrics)
 
 
 def _version() -> str:

@@ -73,10 +73,13 @@ def _cleanup(**_) -> None:
 
 
 def run(namespaces: Sequence[str] = (), default_cluster: str | None = None, timing: Timing | None = None,
-        liveness: str | None = None) -> int:
-    """Run the operator until it is stopped (SIGTERM/SIGINT): every namespace, or only *namespaces*."""
+        liveness: str | None = None, metrics: str | None = None) -> int:
+    """Run the operator until it is stopped (SIGTERM/SIGINT): every namespace, or only *namespaces*; Prometheus
+    metrics on http://*metrics*/metrics when given (``host:port``)."""
     global _reconciler
     _reconciler = Reconciler(KubeApi(), default_cluster=default_cluster, timing=timing or Timing())
+    if metrics:
+        _reconciler.metrics.serve(metrics)
     kopf.configure(verbose=False)
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces), liveness_endpoint=liveness)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from bridge import service
 from bridge.errors import BackendRejected, BridgeError, InvalidSpec
 from bridge.operator import conditions as cond
+from bridge.operator.metrics import Metrics
 from bridge.plan import MANAGED_BY_BRIDGE
 
 log = logging.getLogger("hpcbridge.operator")
@@ -66,8 +68,9 @@ class Timing:
 class ClusterSync:
     """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle."""
 
-    def __init__(self, cluster_name: str, adapter, api, timing: Timing) -> None:
+    def __init__(self, cluster_name: str, adapter, api, timing: Timing, metrics: Metrics | None = None) -> None:
         self.cluster_name, self.adapter, self.api, self.timing = cluster_name, adapter, api, timing
+        self.metrics = metrics or Metrics()
         self.tracked: dict[str, Tracked] = {}
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -105,6 +108,15 @@ class ClusterSync:
             item.conditions = updated
             return True
 
+    def states(self) -> dict[str, int]:
+        with self.lock:
+            items = list(self.tracked.values())
+        counts: dict[str, int] = {}
+        for item in items:
+            state = item.last[0] if item.last else "Submitted"
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
@@ -118,9 +130,11 @@ class ClusterSync:
                 self.wake.wait(self.timing.slow)
                 self.wake.clear()
                 continue
+            started = time.monotonic()
             try:
                 changed = self.cycle(active)
             except BridgeError as exc:
+                self.metrics.backend_error(self.cluster_name)
                 self._outage(active, str(exc))
                 self.wake.wait(self.timing.outage_retry)
                 self.wake.clear()
@@ -128,6 +142,7 @@ class ClusterSync:
             except Exception:  # never let one bad answer end the loop for every TrainJob of the cluster
                 log.exception("sync loop for cluster %s", self.cluster_name)
                 changed = False
+            self.metrics.cycle(self.cluster_name, time.monotonic() - started)
             interval = self.timing.fast if changed else min(interval * 2, self.timing.slow)
             self.wake.wait(interval)
             self.wake.clear()
@@ -186,7 +201,15 @@ class Reconciler:
     retry: service.Retry = field(default_factory=lambda: service.Retry(attempts=3))
     adapter_for: Callable = service.get_adapter
     syncs: dict[str, ClusterSync] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.metrics.states = self._states
+
+    def _states(self) -> dict[tuple[str, str], int]:
+        return {(cluster, state): count for cluster, sync in list(self.syncs.items())
+                for state, count in sync.states().items()}
 
     # --- entry points (kopf handlers call these)
 
@@ -222,21 +245,27 @@ class Reconciler:
                                        default_cluster=self.default_cluster or "")
             submitted = service.submit(prepared, if_finished=if_finished, retry=self.retry)
         except InvalidSpec as exc:
+            self.metrics.submission(_target(body), "refused")
             reason = ("NamespaceNotAllowed" if exc.field == "metadata.namespace" else
                       "InvalidBridgeCluster" if exc.field.startswith("BridgeCluster ") else "InvalidTrainJob")
             self._refuse(item, reason, str(exc))
             raise Permanent(str(exc)) from None
         except BackendRejected as exc:
+            self.metrics.submission(_target(body), "refused")
+            self.metrics.backend_error(_target(body))
             self._refuse(item, "BackendRejected", str(exc))
             raise Permanent(str(exc)) from None
         except BridgeError as exc:
             if not exc.retryable:
                 self._refuse(item, type(exc).__name__, str(exc))
                 raise Permanent(str(exc)) from None
+            self.metrics.submission(_target(body), "unavailable")
+            self.metrics.backend_error(_target(body))
             self._standalone_change(item, [cond.Change(cond.BACKEND_UNAVAILABLE, True, "BackendUnavailable",
                                                        str(exc))])
             raise Temporary(str(exc), self.timing.outage_retry) from None
         ref = submitted.ref
+        self.metrics.submission(prepared.adapter.cluster.name, "attached" if submitted.existing else "submitted")
         item.ref = ref
         cluster = prepared.adapter.cluster.name
         sync = self._sync(cluster, prepared.adapter)
@@ -326,7 +355,7 @@ class Reconciler:
             if sync is None:
                 if adapter is None:
                     adapter = self.adapter_for(self.api.clusters()[cluster])
-                sync = self.syncs[cluster] = ClusterSync(cluster, adapter, self.api, self.timing)
+                sync = self.syncs[cluster] = ClusterSync(cluster, adapter, self.api, self.timing, self.metrics)
             return sync
 
     def _refuse(self, item: Tracked, reason: str, message: str) -> None:
@@ -344,3 +373,8 @@ class Reconciler:
             except Gone:
                 return
             item.conditions = updated
+
+
+def _target(body: dict) -> str:
+    """The cluster a TrainJob names (for metrics when it could not be resolved), else "none"."""
+    return ((body.get("metadata") or {}).get("annotations") or {}).get("hpcbridge.io/cluster") or "none"

@@ -86,8 +86,13 @@ class Operator:
 
     def start(self) -> None:
         self.log = open(self.base / f"operator-{time.monotonic_ns()}.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "operator"], env=self.env, cwd=self.base,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.metrics = f"127.0.0.1:{probe.getsockname()[1]}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "operator", "--metrics", self.metrics],
+                                     env=self.env, cwd=self.base, stdout=self.log, stderr=subprocess.STDOUT)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:
@@ -443,3 +448,28 @@ def test_credentials_come_from_a_secret_and_never_show(operator, ssh_cluster, ne
     seen = operator.logs(tail=None) + yaml.safe_dump([operator.get(ns, n) for n in ("over-ssh", "elsewhere")]) + \
         "".join(f"{e}" for n in ("over-ssh", "elsewhere") for e in operator.events(ns, n))
     assert secret_line not in seen
+
+
+def test_metrics_count_submissions_cycles_errors_and_states(operator) -> None:
+    import re
+    import urllib.request
+
+    ns = operator.namespace()
+    operator.apply(ns, "counted", "slurm", ["true"])
+    operator.until(ns, "counted", is_true("Complete"))
+    operator.apply(ns, "refused", "no-such-cluster", ["true"])
+    operator.until(ns, "refused", is_true("Failed"))
+    text = urllib.request.urlopen(f"http://{operator.metrics}/metrics", timeout=10).read().decode()
+
+    def value(pattern: str) -> float:
+        found = re.search(rf"^{pattern} (\S+)$", text, re.M)
+        assert found, (pattern, text)
+        return float(found.group(1))
+
+    assert value(r'hpcbridge_submissions_total\{cluster="slurm",result="submitted"\}') >= 1
+    assert value(r'hpcbridge_submissions_total\{cluster="no-such-cluster",result="refused"\}') >= 1
+    assert value(r'hpcbridge_sync_cycle_seconds_count\{cluster="slurm"\}') >= 1
+    assert value(r'hpcbridge_sync_cycle_seconds_bucket\{cluster="slurm",le="\+Inf"\}') == \
+        value(r'hpcbridge_sync_cycle_seconds_count\{cluster="slurm"\}')
+    assert value(r'hpcbridge_trainjobs\{cluster="slurm",state="Succeeded"\}') >= 1
+    assert "# TYPE hpcbridge_backend_errors_total counter" in text
