@@ -243,7 +243,11 @@ class Reconciler:
                                    f"TrainJob {namespace}/{name}", None)
             prepared = service.prepare(source, configured=self.api.clusters(),
                                        default_cluster=self.default_cluster or "")
-            submitted = service.submit(prepared, if_finished=if_finished, retry=self.retry)
+            try:
+                submitted = service.submit(prepared, if_finished=if_finished, retry=self.retry)
+            except BaseException:
+                prepared.adapter.close()
+                raise
         except InvalidSpec as exc:
             self.metrics.submission(_target(body), "refused")
             reason = ("NamespaceNotAllowed" if exc.field == "metadata.namespace" else
@@ -269,6 +273,8 @@ class Reconciler:
         item.ref = ref
         cluster = prepared.adapter.cluster.name
         sync = self._sync(cluster, prepared.adapter)
+        if sync.adapter is not prepared.adapter:  # the cluster's loop has its own (one SSH connection per cluster)
+            prepared.adapter.close()
         self.api.annotate(namespace, name, uid, {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster})
         job = f"{prepared.adapter.backend} job {ref.job_id} on cluster {cluster}"
         first = not submitted.existing

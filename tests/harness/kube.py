@@ -153,6 +153,10 @@ COMPONENTS: tuple[Component, ...] = (
               ("github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",), ("trainer-controller-manager",)),
 )
 
+#: kustomize, built when a test of manifests/ asks for it: `kustomize build` is what `kubectl apply -k` applies
+KUSTOMIZE = Component("kustomize", BUILD_ROOT / "kustomize", "sigs.k8s.io/kustomize/kustomize/v5",
+                      ("sigs.k8s.io/kustomize/kustomize/v5",), ("kustomize",))
+
 #: what real nodes add (tests/harness/kubelet.py): kubelet at the control plane's version, CoreDNS with the
 #: plugins cluster DNS needs, the pod sandbox program and a device plugin with fake GPUs
 NODE_COMPONENTS: tuple[Component, ...] = (

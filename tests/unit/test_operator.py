@@ -100,3 +100,24 @@ def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -
     before = list(items[1].conditions)
     sync.cycle(items)
     assert items[1].conditions == before and cond.finished(before) is None
+
+
+def test_metrics_are_prometheus_text() -> None:
+    from bridge.operator.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.submission("hpc", "submitted")
+    metrics.submission("hpc", "submitted")
+    metrics.backend_error('we"ird')
+    metrics.cycle("hpc", 0.03)
+    metrics.cycle("hpc", 7.0)
+    metrics.states = lambda: {("hpc", "Running"): 3}
+    text = metrics.render()
+    assert 'hpcbridge_submissions_total{cluster="hpc",result="submitted"} 2' in text
+    assert 'hpcbridge_backend_errors_total{cluster="we\\"ird"} 1' in text
+    assert 'hpcbridge_sync_cycle_seconds_bucket{cluster="hpc",le="0.05"} 1' in text
+    assert 'hpcbridge_sync_cycle_seconds_bucket{cluster="hpc",le="10.0"} 2' in text
+    assert 'hpcbridge_sync_cycle_seconds_bucket{cluster="hpc",le="+Inf"} 2' in text
+    assert 'hpcbridge_sync_cycle_seconds_count{cluster="hpc"} 2' in text
+    assert 'hpcbridge_trainjobs{cluster="hpc",state="Running"} 3' in text
+    assert text.endswith("\n") and all(line.startswith(("#", "hpcbridge_")) for line in text.splitlines())

@@ -134,3 +134,48 @@ def test_trainer_reconciles_only_trainjobs_it_manages(trainer_cluster, oracle: O
     assert missing.value.status == 404
     status = oracle.custom.get_namespaced_custom_object(GROUP, VERSION, oracle.kf_ns, "trainjobs", "not-trainers")
     assert not status.get("status"), yaml.safe_dump(status)
+
+
+def test_beside_upstream_trainer_a_trainjob_for_hpc_bridge_is_admitted_and_left_alone(trainer_cluster, oracle) -> None:
+    """manifests/upstream-trainer: Trainer's own TrainJob CRD, widened by managed-by.json as the overlay says
+    (`kubectl patch --type=json`), admits hpc-bridge's managedBy; Trainer's webhook admits the TrainJob and its
+    controller makes no JobSet for it (it is hpc-bridge's to run)."""
+    import uuid
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    cluster, _ = trainer_cluster
+    api = cluster.api_client()
+    ext, custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    namespace = f"beside-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": "ours", "annotations": {"hpcbridge.io/cluster": "hpc"}},
+           "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "torch-distributed"},
+                    "trainer": {"numNodes": 1, "command": ["true"]}}}
+    try:
+        with pytest.raises(ApiException) as refused:  # as Trainer ships it
+            custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", job)
+        assert refused.value.status == 422 and "managedBy" in refused.value.body
+        patch = json.loads((ROOT / "manifests" / "upstream-trainer" / "managed-by.json").read_text())
+        ext.patch_custom_resource_definition("trainjobs.trainer.kubeflow.org", patch,
+                                             _content_type="application/json-patch+json")
+        deadline = time.monotonic() + 30
+        while True:  # the API server takes the new rule a moment after the CRD changes
+            try:
+                custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs",
+                                                       job)
+                break
+            except ApiException as exc:
+                assert exc.status == 422 and time.monotonic() < deadline, exc.body
+                time.sleep(0.2)
+        time.sleep(3)  # Trainer's controller has seen it by now
+        jobsets = custom.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets")
+        assert jobsets["items"] == []
+        got = custom.get_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", "ours")
+        assert not (got.get("status") or {}).get("conditions"), got.get("status")
+    finally:
+        core.delete_namespace(namespace)
+        api.close()

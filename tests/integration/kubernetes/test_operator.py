@@ -25,25 +25,29 @@ ROOT = Path(__file__).resolve().parents[3]
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 
 
+def kustomize_build(directory: Path) -> list[dict]:
+    """What `kubectl apply -k DIRECTORY` applies: `kustomize build` (built from its Go module)."""
+    from tests.harness.kube import KUSTOMIZE, ensure_built
+
+    binary = ensure_built((KUSTOMIZE,))["kustomize"]
+    built = subprocess.run([str(binary), "build", str(directory)], capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    return [doc for doc in yaml.safe_load_all(built.stdout) if doc]
+
+
 def _apply_kustomization(api, directory: Path) -> None:
-    """What `kubectl apply -k` does with manifests/operator (it uses resources and namespace only): every
-    resource it lists, namespaced ones put in its namespace; then wait for the CRDs to be served."""
+    """`kubectl apply -k` of manifests/operator (its Deployment left out: the image is not on these nodes, the
+    operator runs as a process instead), then wait for the CRDs to be served."""
     from kubernetes import client, utils
     from kubernetes.client.exceptions import ApiException
 
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    assert set(kustomization) <= {"apiVersion", "kind", "namespace", "resources"}, "the test applies only these"
-    cluster_scoped = {"CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRoleBinding"}
-    for resource in kustomization["resources"]:
-        for doc in yaml.safe_load_all((directory / resource).read_text()):
-            if doc["kind"] not in cluster_scoped:
-                doc["metadata"]["namespace"] = kustomization["namespace"]
-            if doc["kind"] == "Deployment":
-                continue  # its image is not on this cluster's nodes; the operator runs as a process instead
-            try:
-                utils.create_from_dict(api, doc)
-            except utils.FailToCreateError as exc:
-                assert all(isinstance(e, ApiException) and e.status == 409 for e in exc.api_exceptions), exc
+    for doc in kustomize_build(directory):
+        if doc["kind"] == "Deployment":
+            continue
+        try:
+            utils.create_from_dict(api, doc)
+        except utils.FailToCreateError as exc:
+            assert all(isinstance(e, ApiException) and e.status == 409 for e in exc.api_exceptions), exc
     ext = client.ApiextensionsV1Api(api)
     wanted = {"trainjobs.trainer.kubeflow.org", "bridgeclusters.hpcbridge.io", "trainingruntimes.trainer.kubeflow.org",
               "clustertrainingruntimes.trainer.kubeflow.org"}
@@ -473,3 +477,14 @@ def test_metrics_count_submissions_cycles_errors_and_states(operator) -> None:
         value(r'hpcbridge_sync_cycle_seconds_count\{cluster="slurm"\}')
     assert value(r'hpcbridge_trainjobs\{cluster="slurm",state="Succeeded"\}') >= 1
     assert "# TYPE hpcbridge_backend_errors_total counter" in text
+
+
+def test_the_overlay_for_upstream_trainer_installs_the_operator_without_trainers_crds() -> None:
+    base = {(d["kind"], d["metadata"]["name"]) for d in kustomize_build(ROOT / "manifests" / "operator")}
+    overlay = {(d["kind"], d["metadata"]["name"]) for d in kustomize_build(ROOT / "manifests" / "upstream-trainer")}
+    trainer_crds = {("CustomResourceDefinition", f"{plural}.trainer.kubeflow.org")
+                    for plural in ("trainjobs", "trainingruntimes", "clustertrainingruntimes")}
+    assert trainer_crds <= base and not trainer_crds & overlay
+    assert overlay == base - trainer_crds
+    assert ("CustomResourceDefinition", "bridgeclusters.hpcbridge.io") in overlay
+    assert ("Deployment", "hpcbridge-operator") in overlay

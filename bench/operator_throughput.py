@@ -1,0 +1,146 @@
+"""The operator's submit throughput and status latency against a raw sbatch loop, in the same run.
+
+N TrainJobs are applied at once to the real API server (the test control plane) for the real Slurm cluster;
+the figure is the time until every one carries its Slurm job id (annotation operator.hpcbridge.io/job-id),
+against N plain `sbatch --wrap true` one after another (target ratio <= 1.10). Then status latency: for each
+job, the time from Slurm's end of the job (its EndTime) to the TrainJob's Complete condition (its
+lastTransitionTime), p50/p99 (target p99 <= 2 s); both clocks are this machine's, at one-second resolution.
+
+Run: .venv/bin/python bench/operator_throughput.py [--jobs 500]. Starts the control plane
+(tests/harness/kube.py) and Slurm (tests/harness/slurm.py), and the operator as a process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from tests.harness.kube import KubeCluster  # noqa: E402
+from tests.harness.slurm import SlurmCluster  # noqa: E402
+
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+
+
+def _stamp(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=500)
+    jobs = parser.parse_args().jobs
+    base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-operator-"))
+    kube, slurm = KubeCluster(base / "kube", nodes=1), SlurmCluster(base / "slurm", min_job_age=3600)
+    kube.start()
+    slurm.start()
+    operator = None
+    try:
+        from kubernetes import client
+
+        api = kube.api_client()
+        ext, custom, core = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api), client.CoreV1Api(api)
+        for path in sorted((ROOT / "manifests" / "crds").glob("*_*.yaml")):
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        time.sleep(3)
+        custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+            "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "slurm"},
+            "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm.conf)},
+                     "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+        custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "plain"},
+            "spec": {"mlPolicy": {"numNodes": 1}}})
+        core.create_namespace({"metadata": {"name": "bench"}})
+        env = {**os.environ, "SLURM_CONF": str(slurm.conf), "KUBECONFIG": str(kube.kubeconfig),
+               "XDG_STATE_HOME": str(base / "state"), "HPCBRIDGE_CONFIG": str(base / "none.yaml")}
+        (base / "none.yaml").write_text("")
+        workdir = base / "work"
+        workdir.mkdir()
+
+        # baseline: the same number of jobs through sbatch, one after another
+        started = time.perf_counter()
+        for _ in range(jobs):
+            subprocess.run(["sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null"], check=True, env=env,
+                           cwd=workdir, capture_output=True)
+        raw = time.perf_counter() - started
+        subprocess.run(["scancel", "--user=root"], env=env)
+
+        operator = subprocess.Popen([sys.executable, "-m", "bridge", "operator", "--namespace", "bench"], env=env,
+                                    cwd=workdir, stdout=open(base / "operator.log", "w"), stderr=subprocess.STDOUT)
+        time.sleep(3)
+
+        def apply(index: int) -> None:
+            custom.create_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
+                "metadata": {"name": f"job-{index}", "annotations": {"hpcbridge.io/cluster": "slurm",
+                                                                      "hpcbridge.io/workdir": str(workdir)}},
+                "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "plain"},
+                         "trainer": {"command": ["true"]}}})
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(apply, range(jobs)))
+        applied = time.perf_counter() - started
+        while True:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs")["items"]
+            ids = [(i["metadata"].get("annotations") or {}).get("operator.hpcbridge.io/job-id") for i in items]
+            if len(ids) == jobs and all(ids):
+                break
+            if time.perf_counter() - started > 60 + jobs:
+                raise SystemExit(f"only {sum(map(bool, ids))}/{jobs} TrainJobs have a job id; see {base}")
+            time.sleep(0.2)
+        through = time.perf_counter() - started
+        print(f"{jobs} TrainJobs applied in {applied:.1f} s; all with a Slurm job id after {through:.1f} s")
+        print(f"raw sbatch loop of {jobs}:      {raw:.1f} s")
+        print(f"ratio (operator / raw sbatch):  {through / raw:.2f}  (target <= 1.10)")
+
+        # status latency: Slurm's EndTime -> the TrainJob's Complete condition
+        deadline = time.perf_counter() + 120 + jobs
+        while True:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs")["items"]
+            done = [i for i in items if any(c["type"] == "Complete" and c["status"] == "True"
+                                            for c in (i.get("status") or {}).get("conditions") or [])]
+            if len(done) == jobs or time.perf_counter() > deadline:
+                break
+            time.sleep(1)
+        ends = {}
+        out = subprocess.run(["squeue", "--noheader", "--states=all", "--Format=JobID:12,EndTime:24"],
+                             capture_output=True, text=True, env=env).stdout
+        for line in out.splitlines():
+            job_id, end = line.split()[:2]
+            if end not in ("N/A", "Unknown"):
+                ends[job_id] = datetime.datetime.fromisoformat(end).timestamp()
+        latencies = []
+        for item in done:
+            job_id = item["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+            complete = next(c for c in item["status"]["conditions"] if c["type"] == "Complete")
+            if job_id in ends:
+                latencies.append(_stamp(complete["lastTransitionTime"]) - ends[job_id])
+        latencies.sort()
+        if latencies:
+            p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+            print(f"status latency over {len(latencies)} jobs (1 s clock resolution): p50 "
+                  f"{statistics.median(latencies):.1f} s, p99 {p99:.1f} s  (target p99 <= 2 s)")
+        print(f"{len(done)}/{jobs} TrainJobs Complete")
+    finally:
+        if operator is not None:
+            operator.terminate()
+            operator.wait(timeout=30)
+        slurm.stop()
+        kube.stop()
+
+
+if __name__ == "__main__":
+    main()
