@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,68 +39,101 @@ def _stamp(text: str) -> float:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+class Setup:
+    """The control plane with hpc-bridge's CRDs, a Slurm cluster, a BridgeCluster `slurm` for it, runtime
+    `plain`, namespace `bench`; ``operator()`` starts `hpcbridge operator` as a process."""
+
+    def __init__(self, base: Path) -> None:
+        from kubernetes import client
+
+        self.base = base
+        self.kube, self.slurm = KubeCluster(base / "kube", nodes=1), SlurmCluster(base / "slurm", min_job_age=3600)
+        self.kube.start()
+        self.slurm.start()
+        api = self.kube.api_client()
+        ext, self.custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
+        for path in sorted((ROOT / "manifests" / "crds").glob("*_*.yaml")):
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        time.sleep(3)
+        self.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+            "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "slurm"},
+            "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(self.slurm.conf)},
+                     "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "plain"},
+            "spec": {"mlPolicy": {"numNodes": 1}}})
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench"}})
+        self.env = {**os.environ, "SLURM_CONF": str(self.slurm.conf), "KUBECONFIG": str(self.kube.kubeconfig),
+                    "XDG_STATE_HOME": str(base / "state"), "HPCBRIDGE_CONFIG": str(base / "none.yaml")}
+        (base / "none.yaml").write_text("")
+        self.workdir = base / "work"
+        self.workdir.mkdir()
+        self.proc: subprocess.Popen | None = None
+
+    def operator(self) -> subprocess.Popen:
+        self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "operator", "--namespace", "bench"],
+                                     env=self.env, cwd=self.workdir, stdout=open(self.base / "operator.log", "a"),
+                                     stderr=subprocess.STDOUT)
+        return self.proc
+
+    def apply(self, index: int) -> str:
+        created = self.custom.create_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
+            "metadata": {"name": f"job-{index}", "annotations": {"hpcbridge.io/cluster": "slurm",
+                                                                  "hpcbridge.io/workdir": str(self.workdir)}},
+            "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "plain"},
+                     "trainer": {"command": ["true"]}}})
+        return created["metadata"]["uid"]
+
+    def trainjobs(self) -> list[dict]:
+        return self.custom.list_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs")["items"]
+
+    def slurm_jobs_by_uid(self) -> dict[str, list[str]]:
+        out = subprocess.run(["squeue", "--noheader", "--states=all", "--Format=JobID:20,Comment:400"],
+                             capture_output=True, text=True, env=self.env).stdout
+        found: dict[str, list[str]] = {}
+        for line in out.splitlines():
+            match = re.search(r"hpcbridge\.io/uid=([0-9a-f-]{36})", line)
+            if match:
+                found.setdefault(match.group(1), []).append(line.split()[0])
+        return found
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.slurm.stop()
+        self.kube.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=500)
     jobs = parser.parse_args().jobs
-    base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-operator-"))
-    kube, slurm = KubeCluster(base / "kube", nodes=1), SlurmCluster(base / "slurm", min_job_age=3600)
-    kube.start()
-    slurm.start()
-    operator = None
+    setup = Setup(Path(tempfile.mkdtemp(prefix="hpcbridge-bench-operator-")))
     try:
-        from kubernetes import client
-
-        api = kube.api_client()
-        ext, custom, core = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api), client.CoreV1Api(api)
-        for path in sorted((ROOT / "manifests" / "crds").glob("*_*.yaml")):
-            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-        time.sleep(3)
-        custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
-            "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "slurm"},
-            "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm.conf)},
-                     "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
-        custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "plain"},
-            "spec": {"mlPolicy": {"numNodes": 1}}})
-        core.create_namespace({"metadata": {"name": "bench"}})
-        env = {**os.environ, "SLURM_CONF": str(slurm.conf), "KUBECONFIG": str(kube.kubeconfig),
-               "XDG_STATE_HOME": str(base / "state"), "HPCBRIDGE_CONFIG": str(base / "none.yaml")}
-        (base / "none.yaml").write_text("")
-        workdir = base / "work"
-        workdir.mkdir()
-
+        env = setup.env
         # baseline: the same number of jobs through sbatch, one after another
         started = time.perf_counter()
         for _ in range(jobs):
             subprocess.run(["sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null"], check=True, env=env,
-                           cwd=workdir, capture_output=True)
+                           cwd=setup.workdir, capture_output=True)
         raw = time.perf_counter() - started
         subprocess.run(["scancel", "--user=root"], env=env)
 
-        operator = subprocess.Popen([sys.executable, "-m", "bridge", "operator", "--namespace", "bench"], env=env,
-                                    cwd=workdir, stdout=open(base / "operator.log", "w"), stderr=subprocess.STDOUT)
+        setup.operator()
         time.sleep(3)
-
-        def apply(index: int) -> None:
-            custom.create_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs", {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
-                "metadata": {"name": f"job-{index}", "annotations": {"hpcbridge.io/cluster": "slurm",
-                                                                      "hpcbridge.io/workdir": str(workdir)}},
-                "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "plain"},
-                         "trainer": {"command": ["true"]}}})
-
         started = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(apply, range(jobs)))
+            list(pool.map(setup.apply, range(jobs)))
         applied = time.perf_counter() - started
         while True:
-            items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs")["items"]
-            ids = [(i["metadata"].get("annotations") or {}).get("operator.hpcbridge.io/job-id") for i in items]
+            ids = [(i["metadata"].get("annotations") or {}).get("operator.hpcbridge.io/job-id")
+                   for i in setup.trainjobs()]
             if len(ids) == jobs and all(ids):
                 break
             if time.perf_counter() - started > 60 + jobs:
-                raise SystemExit(f"only {sum(map(bool, ids))}/{jobs} TrainJobs have a job id; see {base}")
+                raise SystemExit(f"only {sum(map(bool, ids))}/{jobs} TrainJobs have a job id; see {setup.base}")
             time.sleep(0.2)
         through = time.perf_counter() - started
         print(f"{jobs} TrainJobs applied in {applied:.1f} s; all with a Slurm job id after {through:.1f} s")
@@ -109,9 +143,8 @@ def main() -> None:
         # status latency: Slurm's EndTime -> the TrainJob's Complete condition
         deadline = time.perf_counter() + 120 + jobs
         while True:
-            items = custom.list_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs")["items"]
-            done = [i for i in items if any(c["type"] == "Complete" and c["status"] == "True"
-                                            for c in (i.get("status") or {}).get("conditions") or [])]
+            done = [i for i in setup.trainjobs() if any(c["type"] == "Complete" and c["status"] == "True"
+                                                        for c in (i.get("status") or {}).get("conditions") or [])]
             if len(done) == jobs or time.perf_counter() > deadline:
                 break
             time.sleep(1)
@@ -135,11 +168,7 @@ def main() -> None:
                   f"{statistics.median(latencies):.1f} s, p99 {p99:.1f} s  (target p99 <= 2 s)")
         print(f"{len(done)}/{jobs} TrainJobs Complete")
     finally:
-        if operator is not None:
-            operator.terminate()
-            operator.wait(timeout=30)
-        slurm.stop()
-        kube.stop()
+        setup.stop()
 
 
 if __name__ == "__main__":

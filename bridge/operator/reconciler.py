@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,8 @@ class Tracked:
     #: (state, reason, message, exit code) last written
     last: tuple | None = None
     done: bool = False
+    #: held while its conditions are computed and written: one write at a time per TrainJob
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
 @dataclass
@@ -61,7 +64,7 @@ class Timing:
     """Sync loop intervals: *fast* after a change, doubling to *slow* while nothing changes."""
 
     fast: float = 0.5
-    slow: float = 5.0
+    slow: float = 1.5
     outage_retry: float = 2.0
 
 
@@ -76,6 +79,7 @@ class ClusterSync:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.unavailable: str | None = None
+        self.writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"status-{cluster_name}")
         self.thread = threading.Thread(target=self._loop, name=f"sync-{cluster_name}", daemon=True)
         self.thread.start()
 
@@ -90,19 +94,22 @@ class ClusterSync:
 
     def change(self, item: Tracked, changes: list[cond.Change]) -> bool:
         """Apply *changes* to a followed TrainJob's conditions and write them (the one writer of them while it
-        is followed); False when it is no longer followed, or gone (then no longer followed)."""
+        is followed); False when it is no longer followed, or gone (then no longer followed). Writes for
+        different TrainJobs run at once; for one, one at a time."""
         from bridge.operator.kube import Gone
 
-        with self.lock:
-            if self.tracked.get(item.uid) is not item:
-                return False  # suspended or deleted meanwhile: what a poll before that said is stale
+        with item.lock:
+            with self.lock:
+                if self.tracked.get(item.uid) is not item:
+                    return False  # suspended or deleted meanwhile: what a poll before that said is stale
             updated = cond.apply(item.conditions, changes, item.generation)
             if updated == item.conditions:
                 return True
             try:
                 self.api.write_conditions(item.namespace, item.name, item.uid, updated)
             except Gone:
-                self.tracked.pop(item.uid, None)
+                with self.lock:
+                    self.tracked.pop(item.uid, None)
                 item.done = True
                 return False
             item.conditions = updated
@@ -154,15 +161,17 @@ class ClusterSync:
             for item in active:
                 self._safely(item, [cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable",
                                                 f"cluster {self.cluster_name} answers again")])
-        changed = False
+        work = []
         for item in active:
             status = statuses.get(item.ref)
             if status is None:
                 continue
             key = (status.state.value, status.reason, status.message, status.exit_code)
-            if key == item.last:
-                continue
-            changed = True
+            if key != item.last:
+                work.append((item, status, key))
+
+        def write(entry) -> None:
+            item, status, key = entry
             job = f"{self.adapter.backend} job {item.ref.job_id} on cluster {self.cluster_name}"
             changes = cond.for_status(status.state.value, status.reason, status.message, status.exit_code, job)
             if self._safely(item, changes):
@@ -173,7 +182,14 @@ class ClusterSync:
                                    warning=warning)
                 item.last = key
                 item.done = status.state.finished
-        return changed
+
+        # many jobs end together (a burst of completions): their status writes go out side by side
+        if len(work) > 1:
+            list(self.writers.map(write, work))
+        else:
+            for entry in work:
+                write(entry)
+        return bool(work)
 
     def _outage(self, active: list[Tracked], message: str) -> None:
         if self.unavailable is None:
@@ -315,10 +331,13 @@ class Reconciler:
                     raise Temporary(str(exc), self.timing.outage_retry) from None
                 raise Permanent(str(exc)) from None
             self.api.event(namespace, name, uid, "Suspended", f"{sync.adapter.backend} job {job_id} stopped")
-        latest = item.conditions if item is not None else current
-        self._standalone_change(Tracked(namespace, name, uid, None, latest, meta.get("generation")),
-                                [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
-                                 cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")])
+        changes = [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
+                   cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")]
+        if item is None:
+            self._standalone_change(Tracked(namespace, name, uid, None, current, meta.get("generation")), changes)
+            return
+        with item.lock:  # after a write of the sync loop still in flight, on top of what it wrote
+            self._standalone_change(item, changes)
 
     def delete(self, body: dict) -> None:
         """A TrainJob being deleted: its backend job is cancelled and what was created is removed."""
@@ -351,6 +370,7 @@ class Reconciler:
             sync.stop()
         for sync in self.syncs.values():
             sync.thread.join(timeout=10)
+            sync.writers.shutdown(wait=True)
             sync.adapter.close()
 
     # --- helpers
