@@ -36,6 +36,20 @@ def _free_port_block(count: int, start: int = 20000, end: int = 40000) -> int:
     raise RuntimeError("no free port block for the Slurm test cluster")
 
 
+def _wait_gone(pids: list[int], deadline: float) -> list[int]:
+    """Wait until every process in *pids* has exited, or *deadline* (monotonic) passed; those still there."""
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                left.remove(pid)
+        if left:
+            time.sleep(0.05)
+    return left
+
+
 def ensure_munge() -> None:
     """munged must run for any Slurm daemon; start it once (it is shared by every cluster on the machine)."""
     check = subprocess.run("munge -n | unmunge", shell=True, capture_output=True)
@@ -180,13 +194,7 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
         """Stop slurmctld alone (an outage): slurmd and the jobs they run go on."""
         pid = int((self.base / "run" / "slurmctld.pid").read_text().strip())
         os.kill(pid, 15)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
+        _wait_gone([pid], time.monotonic() + 30)
         self.pids = [p for p in self.pids if p != pid]
 
     def start_controller(self) -> None:
@@ -226,19 +234,11 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
                 os.kill(pid, 15)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 30
-        for pid in self.pids:
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.05)
-            else:
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
+        for pid in _wait_gone(self.pids, time.monotonic() + 30):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
         self.pids = []
 
     def run(self, *argv: str) -> subprocess.CompletedProcess:

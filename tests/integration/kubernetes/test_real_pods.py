@@ -97,6 +97,18 @@ def trainjob(tmp_path: Path, name: str, command: list[str], runtime: str = "plai
     return path
 
 
+def submit_and_watch(real: Real, job: Path, jobset: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """`hpcbridge submit JOB --wait`, and the node of every pod of *jobset* seen while it ran (a finished
+    JobSet's pods may be gone when --wait returns)."""
+    waiting = subprocess.Popen([sys.executable, "-m", "bridge", "submit", str(job), "--cluster", "real", "--wait"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=real.env, cwd=ROOT)
+    placed: dict[str, str] = {}
+    while waiting.poll() is None:
+        placed.update({pod.metadata.name: pod.spec.node_name for pod in real.pods(jobset) if pod.spec.node_name})
+        time.sleep(0.2)
+    return subprocess.CompletedProcess(waiting.args, waiting.returncode, *waiting.communicate()), placed
+
+
 def exclusive(path: Path, text: str) -> Path:
     """The TrainJob *text* with hpcbridge.io/exclusive set: one pod per node, so ranks cross nodes."""
     path.write_text(text.replace("  annotations:\n", '  annotations:\n    hpcbridge.io/exclusive: "true"\n', 1))
@@ -107,13 +119,7 @@ def test_mpi_allreduce_example_runs_across_pods_on_two_nodes(real, tmp_path) -> 
     """examples/mpi-allreduce.yaml (exclusive nodes added): 2 pods x 2 ranks, Open MPI started by `hpcbridge
     launch` in the launcher pod, over the per-job sshd of the other pod (keys and host key from the Secret)."""
     job = exclusive(tmp_path / "mpi-allreduce.yaml", EXAMPLE.read_text())
-    waiting = subprocess.Popen([sys.executable, "-m", "bridge", "submit", str(job), "--cluster", "real", "--wait"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=real.env, cwd=ROOT)
-    placed: dict[str, str] = {}  # while they exist: a finished JobSet's pods may be gone when --wait returns
-    while waiting.poll() is None:
-        placed.update({pod.metadata.name: pod.spec.node_name for pod in real.pods("mpi-allreduce") if pod.spec.node_name})
-        time.sleep(0.2)
-    submitted = subprocess.CompletedProcess(waiting.args, waiting.returncode, *waiting.communicate())
+    submitted, placed = submit_and_watch(real, job, "mpi-allreduce")
     logs = real.cli("logs", "mpi-allreduce", "--cluster", "real")
     assert submitted.returncode == 0, submitted.stderr + logs.stdout
     assert "Succeeded" in submitted.stderr
@@ -258,13 +264,7 @@ def test_torch_ddp_example_runs_across_pods_on_two_nodes(real, tmp_path) -> None
         "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
     config["spec"]["kubernetes"]["images"][runtime_image] = real.cluster.images["node"].ref
     Path(real.env["HPCBRIDGE_CONFIG"]).write_text(yaml.safe_dump(config))
-    waiting = subprocess.Popen([sys.executable, "-m", "bridge", "submit", str(job), "--cluster", "real", "--wait"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=real.env, cwd=ROOT)
-    placed: dict[str, str] = {}
-    while waiting.poll() is None:
-        placed.update({pod.metadata.name: pod.spec.node_name for pod in real.pods("torch-ddp") if pod.spec.node_name})
-        time.sleep(0.2)
-    submitted = subprocess.CompletedProcess(waiting.args, waiting.returncode, *waiting.communicate())
+    submitted, placed = submit_and_watch(real, job, "torch-ddp")
     logs = real.cli("logs", "torch-ddp", "--cluster", "real")
     assert submitted.returncode == 0, submitted.stderr + logs.stdout
     assert "Succeeded" in submitted.stderr
