@@ -14,14 +14,46 @@ import kopf
 
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.reconciler import OPERATOR_PREFIX, Permanent, Reconciler, Temporary, Timing
-from bridge.plan import MANAGED_BY_BRIDGE
+from bridge.plan import CLUSTER_ANNOTATION, MANAGED_BY_BRIDGE
 
 FINALIZER = "hpcbridge.io/finalizer"
 _reconciler: Reconciler | None = None
 
 
-def _ours(spec, **_) -> bool:
-    return spec.get("managedBy") == MANAGED_BY_BRIDGE
+def _names_a_cluster(meta) -> str | None:
+    return ((meta.get("annotations") or {}).get(CLUSTER_ANNOTATION) or
+            (meta.get("labels") or {}).get(CLUSTER_ANNOTATION))
+
+
+@kopf.index(TRAINER_GROUP, TRAINER_VERSION, "clustertrainingruntimes")
+def cluster_runtimes(name, meta, **_):
+    """ClusterTrainingRuntimes that name a BridgeCluster: name -> cluster."""
+    cluster = _names_a_cluster(meta)
+    return {name: cluster} if cluster else None
+
+
+@kopf.index(TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes")
+def namespaced_runtimes(name, namespace, meta, **_):
+    """TrainingRuntimes that name a BridgeCluster: (namespace, name) -> cluster."""
+    cluster = _names_a_cluster(meta)
+    return {(namespace, name): cluster} if cluster else None
+
+
+def _ours(spec, meta, namespace, cluster_runtimes: kopf.Index, namespaced_runtimes: kopf.Index, **_) -> bool:
+    """hpc-bridge's TrainJobs: ``spec.managedBy: hpcbridge.io/bridge``; or, with no managedBy at all (the Kubeflow
+    SDK cannot set it; upstream Trainer's CRD would have defaulted it to Trainer's own), one that names a
+    BridgeCluster itself or through its runtime."""
+    managed_by = spec.get("managedBy")
+    if managed_by == MANAGED_BY_BRIDGE:
+        return True
+    if managed_by:
+        return False
+    if _names_a_cluster(meta):
+        return True
+    ref = spec.get("runtimeRef") or {}
+    if ref.get("kind") == "TrainingRuntime":
+        return bool(namespaced_runtimes.get((namespace, ref.get("name"))))
+    return bool(cluster_runtimes.get(ref.get("name")))
 
 
 @kopf.on.startup()

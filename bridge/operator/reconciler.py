@@ -235,8 +235,8 @@ class Reconciler:
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
         current = list((body.get("status") or {}).get("conditions") or [])
-        if spec.get("managedBy") != MANAGED_BY_BRIDGE:
-            return
+        if spec.get("managedBy") not in (None, "", MANAGED_BY_BRIDGE):
+            return  # another controller's (the kopf filter already says which are ours)
         if cond.finished(current):
             return  # done before this operator started: its record stays as it is
         from bridge.api.loader import parse_object

@@ -488,3 +488,77 @@ def test_the_overlay_for_upstream_trainer_installs_the_operator_without_trainers
     assert overlay == base - trainer_crds
     assert ("CustomResourceDefinition", "bridgeclusters.hpcbridge.io") in overlay
     assert ("Deployment", "hpcbridge-operator") in overlay
+
+
+SDK_VERSION = "0.5.0"
+
+SDK_SCRIPT = """
+import json, sys
+from kubeflow.common.types import KubernetesBackendConfig
+from kubeflow.trainer import CustomTrainerContainer, TrainerClient
+from kubeflow.trainer.options import TrainerCommand
+
+namespace, kubeconfig = sys.argv[1:3]
+sdk = TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace, config_file=kubeconfig))
+name = sdk.train(runtime=sdk.get_runtime("sdk-on-slurm"), trainer=CustomTrainerContainer(image="hpcbridge.test/plain"),
+                 options=[TrainerCommand(command=["sh", "-c", "echo hello from the sdk"])])
+job = sdk.wait_for_job_status(name, status={"Complete"}, timeout=120, polling_interval=1)
+print(json.dumps({"name": name, "status": job.status, "logs": list(sdk.get_job_logs(name))}))
+"""
+
+
+@pytest.fixture(scope="module")
+def sdk_python() -> Path:
+    """A venv with Kubeflow's SDK (PyPI kubeflow), apart from ours: it pins an older kubernetes client."""
+    from tests.harness.kube import cache_root
+
+    venv = cache_root() / f"kubeflow-sdk-{SDK_VERSION}"
+    python = venv / "bin" / "python"
+    if not (venv / "ready").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"kubeflow=={SDK_VERSION}"], check=True,
+                       timeout=600)
+        (venv / "ready").write_text(SDK_VERSION)
+    return python
+
+
+def test_the_kubeflow_sdk_runs_a_trainjob_on_slurm_and_follows_it(operator, sdk_python) -> None:
+    """Kubeflow's Python SDK (TrainerClient) as a data scientist uses it, with a runtime whose cluster is Slurm:
+    train, wait_for_job_status, get_job_logs. The SDK cannot set managedBy: the operator takes TrainJobs without
+    one whose runtime names a BridgeCluster (with upstream Trainer, its CRD defaults managedBy to its own)."""
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        operator.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "sdk-on-slurm", "annotations": {"hpcbridge.io/cluster": "slurm"},
+                         "labels": {"trainer.kubeflow.org/framework": "torch"}},
+            "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+                "name": "node", "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [
+                        {"name": "node", "image": "hpcbridge.test/plain"}]}}}}}]}}}})
+    except ApiException as exc:
+        assert exc.status == 409, exc.body
+    ns = operator.namespace()
+    ran = subprocess.run([str(sdk_python), "-c", SDK_SCRIPT, ns, str(operator.cluster.kube.kubeconfig)],
+                         capture_output=True, text=True, timeout=300)
+    conditions = [(item["metadata"]["name"], (item.get("status") or {}).get("conditions")) for item in
+                  operator.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs")["items"]]
+    assert ran.returncode == 0, (conditions, ran.stderr[-1000:])
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert result["status"] == "Complete"
+    done = operator.get(ns, result["name"])
+    assert "managedBy" not in done["spec"]
+    assert operator.slurm_state(done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]) == "COMPLETED"
+    # the SDK reads logs from the TrainJob's pods: a job that ran on Slurm has none (`hpcbridge logs` has them)
+    assert result["logs"] == []
+    # a TrainJob without managedBy whose runtime names no BridgeCluster is not hpc-bridge's: left alone
+    operator.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "metadata": {"name": "not-ours"},
+        "spec": {"runtimeRef": {"name": "plain-slurm"}, "trainer": {"command": ["true"]}}})
+    time.sleep(3)
+    untouched = operator.get(ns, "not-ours")
+    assert not (untouched.get("status") or {}).get("conditions") and not untouched["metadata"].get("finalizers")
