@@ -416,6 +416,13 @@ def job_refs(adapter: Adapter, job_ids: Sequence[str]) -> list[JobRef]:
     return refs
 
 
+def job_ref(adapter: Adapter, job_id: str, uid: str, name: str, namespace: str) -> JobRef:
+    """A reference to a job whose TrainJob identity the caller knows (the operator: from the TrainJob)."""
+    from bridge.adapters.base import Identity
+
+    return adapter.ref(job_id, Identity(uid, name, namespace))
+
+
 def status(adapter: Adapter, job_ids: Sequence[str], retry: Retry = NO_RETRY) -> list[JobStatus]:
     refs = job_refs(adapter, job_ids)
     found = retry.call(lambda: adapter.poll(refs))

@@ -317,11 +317,9 @@ class Reconciler:
         annotations = meta.get("annotations") or {}
         job_id, cluster = annotations.get(JOB_ID_ANNOTATION), annotations.get(JOB_CLUSTER_ANNOTATION)
         if job_id and cluster and cluster in self.api.clusters():
-            from bridge.adapters.base import Identity
-
             try:
                 sync = self._sync(cluster, None)
-                ref = sync.adapter.ref(job_id, Identity(uid, name, namespace))
+                ref = service.job_ref(sync.adapter, job_id, uid, name, namespace)
                 status = service.poll(sync.adapter, [ref], retry=self.retry)[ref]
                 if not status.state.finished:
                     service.cancel(sync.adapter, [job_id], signal="TERM", grace_seconds=grace_seconds,
@@ -354,11 +352,9 @@ class Reconciler:
             log.warning("TrainJob %s/%s: cluster %s is gone; job %s left as it is", meta.get("namespace"),
                         meta.get("name"), cluster, job_id)
             return
-        from bridge.adapters.base import Identity
-
         try:
             sync = self._sync(cluster, None)
-            ref = sync.adapter.ref(job_id, Identity(uid, meta.get("name"), meta.get("namespace") or "default"))
+            ref = service.job_ref(sync.adapter, job_id, uid, meta.get("name"), meta.get("namespace") or "default")
             service.stop_and_remove(sync.adapter, ref, retry=self.retry)
         except BridgeError as exc:
             if exc.retryable:
