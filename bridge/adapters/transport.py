@@ -36,8 +36,11 @@ class Transport(ABC):
     name = "transport"
 
     @abstractmethod
-    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0) -> CommandResult:
-        """Run *argv* (no shell) on the target host and return its status and output."""
+    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0,
+            resend: bool = True) -> CommandResult:
+        """Run *argv* (no shell) on the target host and return its status and output. Without *resend* a
+        command whose connection broke after it was sent is not sent again (it may have run: a submit is
+        looked up before it is retried, by the caller)."""
 
     @abstractmethod
     def stream(self, argv: Sequence[str], timeout: float = 24 * 3600.0, check: bool = True) -> Iterator[str]:
@@ -57,7 +60,8 @@ class LocalTransport(Transport):
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd
 
-    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0) -> CommandResult:
+    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0,
+            resend: bool = True) -> CommandResult:
         try:
             proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=timeout,
                                   env=self.env, cwd=self.cwd, errors="replace")
@@ -140,15 +144,18 @@ class SSHTransport(Transport):
         prefix = ["env", *(f"{k}={v}" for k, v in sorted(self.env.items()))] if self.env else []
         return shlex.join([*prefix, *argv])
 
-    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0) -> CommandResult:
+    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0,
+            resend: bool = True) -> CommandResult:
         import paramiko
 
         line = self.command_line(argv)
         delay = self.backoff
         for attempt in range(self.retries + 1):
+            sent = False
             try:
                 with self._lock:
                     client = self._client_or_connect()
+                    sent = True
                     chan_in, _, _ = client.exec_command(line, timeout=timeout)
                     channel = chan_in.channel
                     if stdin is not None:
@@ -162,6 +169,10 @@ class SSHTransport(Transport):
                 raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self.close()
+                if sent and not resend:
+                    raise BackendUnavailable(self.name, f"{self.host}:{self.port}: connection lost after "
+                                                        f"{argv[0]} was sent, so whether it ran is unknown: "
+                                                        f"{exc or type(exc).__name__}") from None
                 if attempt == self.retries:
                     raise BackendUnavailable(self.name, f"{self.host}:{self.port}: {exc or type(exc).__name__}") from None
                 self._sleep(delay)

@@ -212,7 +212,7 @@ class ScriptedTransport(Transport):
     def __init__(self, answers: dict[str, CommandResult]) -> None:
         self.answers = answers
 
-    def run(self, argv, stdin=None, timeout=60.0) -> CommandResult:
+    def run(self, argv, stdin=None, timeout=60.0, resend=True) -> CommandResult:
         key = " ".join(argv[:2]) if argv[0] == "sacct" and "--completion" in argv else argv[0]
         return self.answers[key]
 

@@ -26,8 +26,8 @@ class FluxCLI:
         self.transport, self.flux = transport, flux
 
     def run(self, args: Sequence[str], what: str, stdin: str | None = None, timeout: float = 60.0,
-            check: bool = True) -> CommandResult:
-        result = self.transport.run([self.flux, *args], stdin=stdin, timeout=timeout)
+            check: bool = True, resend: bool = True) -> CommandResult:
+        result = self.transport.run([self.flux, *args], stdin=stdin, timeout=timeout, resend=resend)
         if result.ok or not check:
             return result
         text = " ".join((result.stderr.strip() or result.stdout.strip() or f"exit {result.returncode}").split())
@@ -54,7 +54,7 @@ class FluxCLI:
 
     def submit(self, jobspec: str, urgency: int | None) -> str:
         hold = [f"--urgency={urgency}"] if urgency is not None else []
-        result = self.run(["job", "submit", *hold], "flux job submit", stdin=jobspec)
+        result = self.run(["job", "submit", *hold], "flux job submit", stdin=jobspec, resend=False)
         job_id = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
         if not job_id:
             raise BackendUnavailable("flux", "flux job submit printed no job id")

@@ -189,10 +189,11 @@ class SlurmAdapter(Adapter):
             return self.rest.submit(json.loads(artifact.main))
         if artifact.command:
             reads_file = artifact.command[-1] == (artifact.plan.batch_script and artifact.plan.batch_script.path)
-            result = self._check(self.transport.run(artifact.command, stdin=None if reads_file else artifact.main),
-                                 "sbatch")
+            result = self._check(self.transport.run(artifact.command, stdin=None if reads_file else artifact.main,
+                                                    resend=False), "sbatch")
         else:
-            result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main), "sbatch")
+            result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main, resend=False),
+                                 "sbatch")
         match = _PARSABLE_ID.match(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
         if not match:
             raise BackendUnavailable("slurm", f"sbatch printed no job id: {result.stdout.strip()[:200]!r}")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +108,44 @@ def test_ssh_transport_reads_stdout_and_stderr_together(netns_hosts) -> None:
         assert result.stdout == "out\n" + "o" * 2_000_000
         streamed = "".join(transport.stream(["sh", "-c", "for i in 1 2 3; do echo line $i; done"]))
         assert streamed == "line 1\nline 2\nline 3\n"
+    finally:
+        transport.close()
+
+
+def _cut_connections(netns_hosts, host, after: float) -> threading.Thread:
+    """Kill *host*'s per-connection sshd processes (its listener stays) after *after* seconds."""
+    def cut() -> None:
+        time.sleep(after)
+        subprocess.run(["pkill", "-KILL", "-P", str(host.sshd_pid)], check=False)
+
+    thread = threading.Thread(target=cut)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("resend", [False, True])
+def test_a_command_cut_off_mid_way_is_sent_again_only_when_allowed(netns_hosts, tmp_path, resend) -> None:
+    """The connection breaks while a command runs on the login host (sshd's session process killed): a
+    read-only command is sent again on a new connection; a submission (resend=False) is not, since it may
+    have run, and the error says so; the caller looks it up before sending it again."""
+    login = netns_hosts.host("node-0")
+    marker = tmp_path / "ran"  # the namespaces share this machine's file system
+    transport = SSHTransport(login.ip, user="root", key_file=str(netns_hosts.client_key),
+                             known_hosts_file=str(netns_hosts.known_hosts), retries=2, backoff=0.2)
+    command = ["sh", "-c", f"echo ran >> {shlex.quote(str(marker))}; sleep 3; echo done"]
+    try:
+        transport.run(["true"])
+        cutter = _cut_connections(netns_hosts, login, after=1.0)
+        if resend:
+            assert transport.run(command).stdout == "done\n"
+            assert marker.read_text() == "ran\nran\n" and transport.connects == 2
+        else:
+            with pytest.raises(BackendUnavailable, match="connection lost after sh was sent, so whether it ran "
+                                                         "is unknown"):
+                transport.run(command, resend=False)
+            assert marker.read_text() == "ran\n"
+            assert transport.run(["true"]).ok and transport.connects == 2  # the next command reconnects
+        cutter.join()
     finally:
         transport.close()
 
