@@ -245,9 +245,11 @@ class Prepared:
 
 
 def prepare(source: Input, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
-            configured: Mapping[str, BridgeCluster] | None = None, default_cluster: str = "local") -> Prepared:
+            configured: Mapping[str, BridgeCluster] | None = None, default_cluster: str = "local",
+            adapter_for: Callable[[BridgeCluster], Adapter] | None = None) -> Prepared:
     """Input → plan → artifact for the chosen cluster (or backend type, with *to*); nothing is sent. A TrainJob
-    whose annotations and runtime name no cluster goes to *default_cluster*."""
+    whose annotations and runtime name no cluster goes to *default_cluster*. *adapter_for* gives the adapter of
+    a cluster (the operator: one per cluster, kept open); by default a new one."""
     from bridge.api.catalog import all_runtimes
     from bridge.api.cluster import BridgeCluster
     from bridge.plan import ANNOTATION_PREFIX, find_runtime, resolve, select_cluster
@@ -274,7 +276,7 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
         target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster)
     if target.spec.type != "kubernetes":
         trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")
-    adapter = get_adapter(target)
+    adapter = (adapter_for or get_adapter)(target)
     plan = resolve(trainjob, runtime, adapter.cluster)
     notes = source.notes
     script = source.script

@@ -198,6 +198,12 @@ class Adapter(ABC):
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
         """States of many jobs with one backend query; a job the backend doesn't know is UNKNOWN."""
 
+    def changes(self) -> Iterator[str | None] | None:
+        """Where the backend pushes events: an endless iterator of the ids of jobs whose state just changed
+        (poll them to read it), with None now and then while nothing happens so a consumer can stop; it ends,
+        or raises BackendUnavailable, when the connection does. None where jobs are only polled."""
+        return None
+
     @abstractmethod
     def wait(self, ref: JobRef, timeout: float | None = None) -> JobStatus:
         """Block until the job ends (or *timeout* seconds pass: then its current status)."""

@@ -182,6 +182,7 @@ class SSHTransport(Transport):
     def stream(self, argv: Sequence[str], timeout: float = 24 * 3600.0, check: bool = True) -> Iterator[str]:
         import paramiko
 
+        channel = None
         try:
             with self._lock:
                 client = self._client_or_connect()
@@ -203,6 +204,9 @@ class SSHTransport(Transport):
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.close()
             raise BackendUnavailable(self.name, f"{self.host}:{self.port}: {exc or type(exc).__name__}") from None
+        finally:
+            if channel is not None:  # a reader that stops early ends the remote command (sshd hangs it up)
+                channel.close()
         if code != 0 and check:
             text = " ".join(err.decode("utf-8", errors="replace").split())[:300]
             raise BackendRejected(self.name, f"{argv[0]} exited {code}: {text}")

@@ -40,6 +40,9 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.cluster_ttl = cluster_ttl
         self._clusters: tuple[float, dict] | None = None
+        self._runtimes: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        #: BridgeClusters with their credentials written, by name: (when, the object as listed, the result)
+        self._credentialed: dict[str, tuple[float, Any, Any]] = {}
         self._lock = threading.Lock()
         #: where BridgeClusters' credential Secrets are read (and nowhere else)
         self.credentials_namespace = credentials_namespace or _own_namespace()
@@ -88,7 +91,19 @@ class KubeApi:
         return found
 
     def runtime(self, namespace: str, kind: str, name: str):
-        """The runtime a TrainJob names, from the API; None when there is none (a built-in may stand in)."""
+        """The runtime a TrainJob names, from the API; None when there is none (a built-in may stand in). Read
+        at most every *cluster_ttl* seconds: a burst of TrainJobs on one runtime reads and parses it once."""
+        key = (namespace if kind == "TrainingRuntime" else "", kind, name)
+        with self._lock:
+            kept = self._runtimes.get(key)
+            if kept is not None and time.monotonic() - kept[0] < self.cluster_ttl:
+                return kept[1]
+        found = self._read_runtime(namespace, kind, name)
+        with self._lock:
+            self._runtimes[key] = (time.monotonic(), found)
+        return found
+
+    def _read_runtime(self, namespace: str, kind: str, name: str):
         from kubernetes.client.exceptions import ApiException
 
         from bridge.api.loader import parse_object
@@ -105,6 +120,17 @@ class KubeApi:
                 return None
             raise
         return parse_object(_clean(item), f"{kind} {name}")
+
+    def credentialed(self, cluster):
+        """``with_credentials``, its Secrets read at most every *cluster_ttl* seconds per cluster."""
+        with self._lock:
+            kept = self._credentialed.get(cluster.name)
+            if kept is not None and kept[1] is cluster and time.monotonic() - kept[0] < self.cluster_ttl:
+                return kept[2]
+        result = self.with_credentials(cluster)
+        with self._lock:
+            self._credentialed[cluster.name] = (time.monotonic(), cluster, result)
+        return result
 
     def with_credentials(self, cluster):
         """*cluster* with every ``...SecretRef`` of its connection replaced by the file it names, written from
@@ -147,10 +173,6 @@ class KubeApi:
         return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"slurm": slurm})})
 
     # --- out
-
-    def annotate(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> None:
-        self._patch("annotate trainjob", self.custom.patch_namespaced_custom_object, namespace, name,
-                    {"metadata": {"uid": uid, "annotations": annotations}})
 
     def write_conditions(self, namespace: str, name: str, uid: str, conditions: list[dict]) -> None:
         self._patch("write trainjob status", self.custom.patch_namespaced_custom_object_status, namespace, name,
@@ -199,7 +221,7 @@ class _Clusters(Mapping):
         self.api, self.objects = api, objects
 
     def __getitem__(self, name: str):
-        return self.api.with_credentials(self.objects[name])
+        return self.api.credentialed(self.objects[name])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.objects)

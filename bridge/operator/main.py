@@ -68,28 +68,30 @@ def _configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.watching.server_timeout = 300
 
 
-def _call(fn, body) -> None:
+def _call(fn, body, patch=None) -> None:
     try:
-        fn(body)
+        annotations = fn(body)
     except Temporary as exc:
         raise kopf.TemporaryError(str(exc), delay=exc.delay) from None
     except Permanent as exc:
         raise kopf.PermanentError(str(exc)) from None
+    if annotations and patch is not None:  # written with kopf's own patch of the TrainJob
+        patch.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
 
 
 @kopf.on.resume(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="resume", when=_ours)
 @kopf.on.create(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="create", when=_ours)
-def _run(body, **_) -> None:
+def _run(body, patch, **_) -> None:
     assert _reconciler is not None
-    _call(_reconciler.run, dict(body))
+    _call(_reconciler.run, dict(body), patch)
 
 
 @kopf.on.field(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="suspend", field="spec.suspend", when=_ours)
-def _suspend(body, old, new, reason, **_) -> None:
+def _suspend(body, old, new, reason, patch, **_) -> None:
     assert _reconciler is not None
     if reason != "update" or bool(old) == bool(new):
         return  # created (suspended or not) is the create handler's
-    _call(_reconciler.suspend if new else _reconciler.run, dict(body))
+    _call(_reconciler.suspend if new else _reconciler.run, dict(body), patch)
 
 
 @kopf.on.delete(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="delete", when=_ours)

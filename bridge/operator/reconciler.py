@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,10 @@ class Timing:
     fast: float = 0.5
     slow: float = 1.5
     outage_retry: float = 2.0
+    #: after the backend's journal names a job whose state the poll does not show changed yet (its listing
+    #: lags the journal), polls again this often, for up to *lag_window* seconds
+    journal_retry: float = 0.05
+    lag_window: float = 1.0
 
 
 class ClusterSync:
@@ -80,8 +84,15 @@ class ClusterSync:
         self.stopping = threading.Event()
         self.unavailable: str | None = None
         self.writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"status-{cluster_name}")
+        #: job ids the backend's journal named since the last poll; and those it named whose change the polls
+        #: did not show yet, with the time to stop looking
+        self.hinted: set[str] = set()
+        self.lagging: dict[str, float] = {}
+        self.journal_events = 0
         self.thread = threading.Thread(target=self._loop, name=f"sync-{cluster_name}", daemon=True)
         self.thread.start()
+        self.watcher = threading.Thread(target=self._watch, name=f"journal-{cluster_name}", daemon=True)
+        self.watcher.start()
 
     def track(self, item: Tracked) -> None:
         with self.lock:
@@ -151,10 +162,55 @@ class ClusterSync:
                 changed = False
             self.metrics.cycle(self.cluster_name, time.monotonic() - started)
             interval = self.timing.fast if changed else min(interval * 2, self.timing.slow)
-            self.wake.wait(interval)
+            with self.lock:
+                lagging = bool(self.lagging)
+            self.wake.wait(self.timing.journal_retry if lagging else interval)
             self.wake.clear()
 
+    def _watch(self) -> None:
+        """Follow the backend's event journal, where it has one: each job it names wakes the loop at once,
+        so a state change reaches the TrainJob in one poll instead of up to an interval later. Polling goes
+        on regardless; the journal only makes it prompt."""
+        while not self.stopping.is_set():
+            adapter = self.adapter
+            try:
+                changes = adapter.changes()
+            except BridgeError as exc:
+                changes, error = None, exc
+            else:
+                error = None
+            if changes is None and error is None:
+                return  # no journal: polled only
+            try:
+                for job_id in changes or ():
+                    if self.stopping.is_set() or adapter is not self.adapter:
+                        break
+                    if job_id is not None:
+                        self.journal_events += 1
+                        with self.lock:
+                            self.hinted.add(job_id)
+                        self.wake.set()
+            except BackendRejected as exc:
+                log.warning("cluster %s: no event journal (%s); its jobs are polled", self.cluster_name, exc)
+                return
+            except BridgeError as exc:
+                error = exc
+            finally:
+                if changes is not None:
+                    changes.close()
+            if error is not None:
+                log.info("cluster %s: event journal interrupted (%s); reopened in %gs", self.cluster_name, error,
+                         self.timing.outage_retry)
+            self.stopping.wait(self.timing.outage_retry)
+
     def cycle(self, active: list[Tracked]) -> bool:
+        with self.lock:
+            hinted, self.hinted = self.hinted, set()
+            now = time.monotonic()
+            followed = {item.ref.job_id for item in active}
+            for job_id in hinted & followed:  # the journal names every job of the instance
+                self.lagging.setdefault(job_id, now + self.timing.lag_window)
+            self.lagging = {job_id: until for job_id, until in self.lagging.items() if until > now}
         statuses = service.poll(self.adapter, [item.ref for item in active])
         if self.unavailable is not None:
             self.unavailable = None
@@ -169,6 +225,8 @@ class ClusterSync:
             key = (status.state.value, status.reason, status.message, status.exit_code)
             if key != item.last:
                 work.append((item, status, key))
+                with self.lock:
+                    self.lagging.pop(item.ref.job_id, None)
 
         def write(entry) -> None:
             item, status, key = entry
@@ -206,6 +264,65 @@ class ClusterSync:
             return False
 
 
+class Submitter:
+    """Group commit of one cluster's submissions: ``run`` calls arriving from many kopf workers while a group
+    is being sent wait and go out together as the next group, with one lookup by uid for all of it (one
+    squeue for a burst of TrainJobs instead of one each); a lone submission goes out at once."""
+
+    def __init__(self, retry: service.Retry) -> None:
+        self.retry = retry
+        self._queue: list[tuple[Any, str, Future]] = []
+        self._lock = threading.Lock()
+        self._sending = False
+
+    def submit(self, prepared, if_finished: str) -> service.Submitted:
+        future: Future = Future()
+        with self._lock:
+            self._queue.append((prepared, if_finished, future))
+            lead, self._sending = not self._sending, True
+        if lead:  # this caller sends groups until none is waiting; the others wait for their answers
+            while True:
+                with self._lock:
+                    group, self._queue = self._queue, []
+                    if not group:
+                        self._sending = False
+                        break
+                self._send(group)
+        return future.result()
+
+    def _send(self, group: list[tuple[Any, str, Future]]) -> None:
+        batches: dict[tuple[int, str], list[tuple[Any, str, Future]]] = {}
+        for entry in group:
+            batches.setdefault((id(entry[0].adapter), entry[1]), []).append(entry)
+        for batch in batches.values():
+            self._send_batch(batch)
+
+    def _send_batch(self, batch: list[tuple[Any, str, Future]]) -> None:
+        # one plan per uid (kopf runs one handler per TrainJob at a time; a duplicate shares the answer)
+        by_uid: dict[str, list[Future]] = {}
+        plans = []
+        for prepared, _, future in batch:
+            if prepared.plan.uid not in by_uid:
+                plans.append(prepared)
+            by_uid.setdefault(prepared.plan.uid, []).append(future)
+        try:
+            results = service.submit_many(plans, if_finished=batch[0][1], retry=self.retry)
+        except BaseException as exc:
+            if len(plans) > 1 and not (isinstance(exc, BridgeError) and exc.retryable):
+                # one plan the backend refuses must not fail the others: each alone (those already sent are
+                # found by uid, not sent again)
+                for prepared in plans:
+                    self._send_batch([(prepared, batch[0][1], f) for f in by_uid[prepared.plan.uid]])
+                return
+            for futures in by_uid.values():
+                for future in futures:
+                    future.set_exception(exc)
+            return
+        for prepared, result in zip(plans, results, strict=True):
+            for future in by_uid[prepared.plan.uid]:
+                future.set_result(result)
+
+
 @dataclass
 class Reconciler:
     """Runs, follows and stops TrainJobs managed by hpc-bridge."""
@@ -219,6 +336,10 @@ class Reconciler:
     syncs: dict[str, ClusterSync] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: per cluster: the BridgeCluster an adapter was made for and the adapter (shared by submissions, the sync
+    #: loop, suspend and delete: one connection per cluster)
+    _adapters: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    _submitters: dict[str, Submitter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.metrics.states = self._states
@@ -229,16 +350,18 @@ class Reconciler:
 
     # --- entry points (kopf handlers call these)
 
-    def run(self, body: dict) -> None:
+    def run(self, body: dict) -> dict[str, str]:
         """A TrainJob created, resumed, or found at start-up: submit it (idempotently by uid) and follow it;
-        a suspended one (Kueue creates them suspended until admitted) is only marked Suspended."""
+        a suspended one (Kueue creates them suspended until admitted) is only marked Suspended. Returns the
+        annotations that record its backend job, where they are not there yet: the caller writes them (kopf,
+        with its own patch of the TrainJob: one write instead of two)."""
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
         current = list((body.get("status") or {}).get("conditions") or [])
         if spec.get("managedBy") not in (None, "", MANAGED_BY_BRIDGE):
-            return  # another controller's (the kopf filter already says which are ours)
+            return {}  # another controller's (the kopf filter already says which are ours)
         if cond.finished(current):
-            return  # done before this operator started: its record stays as it is
+            return {}  # done before this operator started: its record stays as it is
         from bridge.api.loader import parse_object
         from bridge.operator.kube import _clean
 
@@ -246,7 +369,7 @@ class Reconciler:
         if spec.get("suspend"):
             self._standalone_change(item, [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
                                            cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")])
-            return
+            return {}
         # resumed after a suspend: the job the suspend stopped is finished, and runs again (a job sent after the
         # resume is found still running, or has finished and then the TrainJob is finished too)
         suspended = next((c for c in current if c.get("type") == cond.SUSPENDED), None)
@@ -258,12 +381,8 @@ class Reconciler:
             source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
                                    f"TrainJob {namespace}/{name}", None)
             prepared = service.prepare(source, configured=self.api.clusters(),
-                                       default_cluster=self.default_cluster or "")
-            try:
-                submitted = service.submit(prepared, if_finished=if_finished, retry=self.retry)
-            except BaseException:
-                prepared.adapter.close()
-                raise
+                                       default_cluster=self.default_cluster or "", adapter_for=self._adapter)
+            submitted = self._submitter(prepared.adapter.cluster.name).submit(prepared, if_finished)
         except InvalidSpec as exc:
             self.metrics.submission(_target(body), "refused")
             reason = ("NamespaceNotAllowed" if exc.field == "metadata.namespace" else
@@ -289,9 +408,8 @@ class Reconciler:
         item.ref = ref
         cluster = prepared.adapter.cluster.name
         sync = self._sync(cluster, prepared.adapter)
-        if sync.adapter is not prepared.adapter:  # the cluster's loop has its own (one SSH connection per cluster)
-            prepared.adapter.close()
-        self.api.annotate(namespace, name, uid, {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster})
+        recorded = {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster}
+        annotations = meta.get("annotations") or {}
         job = f"{prepared.adapter.backend} job {ref.job_id} on cluster {cluster}"
         first = not submitted.existing
         changes = [cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}"),
@@ -300,8 +418,9 @@ class Reconciler:
             changes.append(cond.Change(cond.SUSPENDED, False, "Resumed", "TrainJob is resumed"))
         sync.track(item)
         sync.change(item, changes)
-        if first:
-            self.api.event(namespace, name, uid, "Submitted", f"submitted as {job}")
+        if first:  # an Event is a courtesy: it does not hold up the next submission
+            sync.writers.submit(self.api.event, namespace, name, uid, "Submitted", f"submitted as {job}")
+        return {key: value for key, value in recorded.items() if annotations.get(key) != value}
 
     def suspend(self, body: dict, grace_seconds: float = 30.0) -> None:
         """``spec.suspend`` set: the backend job is stopped (SIGTERM, then killed after the grace) and the
@@ -367,16 +486,45 @@ class Reconciler:
         for sync in self.syncs.values():
             sync.thread.join(timeout=10)
             sync.writers.shutdown(wait=True)
-            sync.adapter.close()
+        adapters = [sync.adapter for sync in self.syncs.values()] + [kept for _, kept in self._adapters.values()]
+        for adapter in {id(adapter): adapter for adapter in adapters}.values():
+            adapter.close()
 
     # --- helpers
+
+    def _adapter(self, cluster) -> Any:
+        """The adapter for BridgeCluster *cluster*: the one kept for it, unless its spec changed since."""
+        with self._lock:
+            kept = self._adapters.get(cluster.name)
+            if kept is not None and kept[0] == cluster:
+                return kept[1]
+        adapter = self.adapter_for(cluster)
+        with self._lock:
+            self._adapters[cluster.name] = (cluster, adapter)
+            sync = self.syncs.get(cluster.name)
+            if sync is not None:
+                # the loop polls through the new connection from its next cycle; the old one is let go
+                # rather than closed under a poll in flight
+                sync.adapter = adapter
+        return adapter
+
+    def _submitter(self, cluster: str) -> Submitter:
+        with self._lock:
+            found = self._submitters.get(cluster)
+            if found is None:
+                found = self._submitters[cluster] = Submitter(self.retry)
+            return found
 
     def _sync(self, cluster: str, adapter) -> ClusterSync:
         with self._lock:
             sync = self.syncs.get(cluster)
+        if sync is not None:
+            return sync
+        if adapter is None:
+            adapter = self._adapter(self.api.clusters()[cluster])
+        with self._lock:
+            sync = self.syncs.get(cluster)
             if sync is None:
-                if adapter is None:
-                    adapter = self.adapter_for(self.api.clusters()[cluster])
                 sync = self.syncs[cluster] = ClusterSync(cluster, adapter, self.api, self.timing, self.metrics)
             return sync
 

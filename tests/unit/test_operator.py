@@ -63,6 +63,9 @@ class FakeAdapter:
             raise BackendUnavailable("slurm", "slurmctld: connection refused")
         return {ref: JobStatus(ref, self.states[ref.job_id]) for ref in refs}
 
+    def changes(self):
+        return None
+
     def close(self) -> None:
         pass
 
@@ -122,3 +125,130 @@ def test_metrics_are_prometheus_text() -> None:
     assert 'hpcbridge_sync_cycle_seconds_count{cluster="hpc"} 2' in text
     assert 'hpcbridge_trainjobs{cluster="hpc",state="Running"} 3' in text
     assert text.endswith("\n") and all(line.startswith(("#", "hpcbridge_")) for line in text.splitlines())
+
+
+class FakeBatchAdapter:
+    """Submissions for the Submitter: ``find`` knows what ``submit`` sent; uids in ``refuse`` are refused."""
+
+    backend = "slurm"
+
+    def __init__(self, refuse: set[str] = frozenset()) -> None:
+        import threading
+        from types import SimpleNamespace
+
+        self.cluster = SimpleNamespace(name="hpc")
+        self.capabilities = SimpleNamespace(unique_names=False)
+        self.refuse, self.sent, self.finds = refuse, {}, []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def find(self, identities):
+        self.finds.append(sorted(i.uid for i in identities))
+        return {i.uid: JobStatus(self.sent[i.uid], JobState.PENDING) for i in identities if i.uid in self.sent}
+
+    def submit(self, artifact):
+        from bridge.errors import BackendRejected
+
+        self.gate.wait(10)
+        uid = artifact.uid
+        if uid in self.refuse:
+            raise BackendRejected("slurm", f"sbatch: error: invalid partition for {uid}")
+        self.sent[uid] = JobRef("hpc", "slurm", str(100 + len(self.sent)), uid, uid)
+        return self.sent[uid]
+
+
+def _prepared(adapter, uid: str):
+    from types import SimpleNamespace
+
+    from bridge.service import Prepared
+
+    plan = SimpleNamespace(uid=uid, name=uid, namespace="ns", cluster="hpc")
+    return Prepared(adapter, plan, SimpleNamespace(uid=uid, plan=plan))
+
+
+def test_submissions_arriving_together_share_one_lookup_and_a_refused_one_fails_alone(tmp_path, monkeypatch) -> None:
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pytest
+
+    from bridge import service
+    from bridge.errors import BackendRejected
+    from bridge.operator.reconciler import Submitter
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    adapter = FakeBatchAdapter(refuse={"bad"})
+    submitter = Submitter(service.Retry(attempts=1))
+    adapter.gate.clear()  # the first submission is held at the backend while the others arrive
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(submitter.submit, _prepared(adapter, "a"), "attach")
+        while not adapter.finds:
+            time.sleep(0.01)
+        rest = {uid: pool.submit(submitter.submit, _prepared(adapter, uid), "attach")
+                for uid in ("b", "c", "bad", "d", "e")}
+        while len(submitter._queue) < 5:
+            time.sleep(0.01)
+        adapter.gate.set()
+        assert first.result(10).ref.job_id == "100"
+        with pytest.raises(BackendRejected, match="invalid partition for bad"):
+            rest["bad"].result(10)
+        results = {uid: future.result(10) for uid, future in rest.items() if uid != "bad"}
+    # the five that waited went out as one group (one lookup); the refusal sent each alone, and those sent
+    # before it were found by uid, not sent again
+    assert adapter.finds[:2] == [["a"], ["b", "bad", "c", "d", "e"]]
+    assert sorted(adapter.sent) == ["a", "b", "c", "d", "e"]
+    assert {uid: r.ref.uid for uid, r in results.items()} == {u: u for u in "bcde"}
+    assert len({r.ref.job_id for r in results.values()}) == 4
+
+
+class JournalAdapter(FakeAdapter):
+    """A backend with an event journal whose job listing lags it by one poll."""
+
+    def __init__(self) -> None:
+        import queue
+
+        super().__init__()
+        self.journal: queue.Queue = queue.Queue()
+        self.lag: dict[str, JobState] = {}
+
+    def changes(self):
+        import queue
+
+        while True:
+            try:
+                yield self.journal.get(timeout=0.2)
+            except queue.Empty:
+                yield None
+
+    def poll(self, refs):
+        self.polls += 1
+        shown = {ref: JobStatus(ref, self.lag.pop(ref.job_id, self.states[ref.job_id])) for ref in refs}
+        return shown
+
+
+def test_a_journal_event_wakes_the_loop_and_a_lagging_listing_is_polled_again_soon() -> None:
+    import time
+
+    api, adapter = FakeApi(), JournalAdapter()
+    item = Tracked("ns", "job", "uid", JobRef("hpc", "flux", "f1", "uid", "job"), [])
+    adapter.states["f1"] = JobState.RUNNING
+    # polls every 60 s on its own: only the journal can make it prompt
+    sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))
+    try:
+        sync.track(item)
+        deadline = time.monotonic() + 10
+        while item.last is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert item.last[0] == "Running"
+        adapter.states["f1"] = JobState.SUCCEEDED
+        adapter.lag["f1"] = JobState.RUNNING  # the first poll after the event still shows it running
+        polls = adapter.polls
+        adapter.journal.put("f0")  # another user's job: no effect
+        adapter.journal.put("f1")
+        while not item.done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert item.done and cond.finished(item.conditions) == "Complete"
+        assert adapter.polls - polls >= 2 and sync.journal_events == 2
+    finally:
+        sync.stop()
+        sync.thread.join(timeout=5)

@@ -164,6 +164,11 @@ class FluxAdapter(Adapter):
             statuses[ref] = status_from_json(ref, job) if job else JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
         return statuses
 
+    def changes(self) -> Iterator[str | None]:
+        """The job manager's event journal (``job-manager.events-journal``): a job's id when it starts, ends or
+        gets an exception."""
+        return self.client.journal()
+
     def wait(self, ref: JobRef, timeout: float | None = None) -> JobStatus:
         """Block on the job's eventlog until it is clean (event-driven), then read its final state once."""
         self.client.wait_clean(ref.job_id, 7 * 24 * 3600.0 if timeout is None else timeout)

@@ -19,6 +19,28 @@ _TRANSIENT = ("Connection refused", "No such file or directory", "Unable to conn
               "broker is not running", "Connection reset")
 
 
+#: job events after which ``flux jobs`` shows another state of ours (RUN, INACTIVE with its result, an exception)
+JOURNAL_EVENTS = ("start", "clean", "exception")
+
+#: run by the broker's own Python next to it (``flux python``, here or over SSH): the job manager's event
+#: journal from now on, one line "<id> <event>" per event of JOURNAL_EVENTS, and "-" each second without one
+JOURNAL_SCRIPT = f"""
+import flux, flux.job
+wanted = {set(JOURNAL_EVENTS)!r}
+consumer = flux.job.JournalConsumer(flux.Flux(), full=False).start()
+while True:
+    try:
+        event = consumer.poll(1.0)
+    except TimeoutError:
+        print("-", flush=True)
+        continue
+    if event is None:
+        break
+    if event.name in wanted:
+        print(event.jobid.f58, event.name, flush=True)
+"""
+
+
 class FluxCLI:
     """The ``flux`` command over a Transport."""
 
@@ -103,6 +125,17 @@ class FluxCLI:
                 chunks.append(context["data"])
         yield from chunks
 
+    def journal(self) -> Iterator[str | None]:
+        """Ids of jobs as JOURNAL_EVENTS happen to them, None each second without one (``Adapter.changes``)."""
+        pending = ""
+        # silence for 30 s (no heartbeat) means the connection is gone
+        for chunk in self.transport.stream([self.flux, "python", "-c", JOURNAL_SCRIPT], timeout=30.0):
+            pending += chunk
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                job_id, _, event = line.strip().partition(" ")
+                yield job_id if event else None
+
     def describe(self) -> str:
         version = self.run(["version"], "flux version").stdout.splitlines()
         size = self.run(["getattr", "size"], "flux getattr size").stdout.strip()
@@ -131,7 +164,7 @@ class FluxPython:
         except ImportError as exc:
             raise BackendUnavailable("flux", f"flux-python is not importable ({exc}); install hpc-bridge[flux] "
                                              "with the release matching the broker, or use transport: cli") from None
-        self._flux, self._job = flux, flux.job
+        self._flux, self._job, self.uri = flux, flux.job, uri
         try:
             self.handle = flux.Flux(uri) if uri else flux.Flux()
         except OSError as exc:
@@ -208,6 +241,29 @@ class FluxPython:
                     yield context["data"]
         except OSError as exc:
             raise python_error(exc, "output") from None
+
+    def journal(self) -> Iterator[str | None]:
+        """As ``FluxCLI.journal``, through a handle of its own (a handle serves one thread; this one blocks)."""
+        try:
+            handle = self._flux.Flux(self.uri) if self.uri else self._flux.Flux()
+            consumer = self._job.JournalConsumer(handle, full=False).start()
+        except OSError as exc:
+            raise python_error(exc, "journal") from None
+        try:
+            while True:
+                try:
+                    event = consumer.poll(1.0)
+                except TimeoutError:
+                    yield None
+                    continue
+                except OSError as exc:
+                    raise python_error(exc, "journal") from None
+                if event is None:
+                    return
+                if event.name in JOURNAL_EVENTS:
+                    yield event.jobid.f58
+        finally:
+            consumer.stop()
 
     def describe(self) -> str:
         return f"flux-python {getattr(self._flux, '__version__', '?')}; instance size {self.handle.attr_get('size')}"
