@@ -1,10 +1,14 @@
 """The operator's submit throughput and status latency against a raw sbatch loop, in the same run.
 
-N TrainJobs are applied at once to the real API server (the test control plane) for the real Slurm cluster;
-the figure is the time until every one carries its Slurm job id (annotation operator.hpcbridge.io/job-id),
-against N plain `sbatch --wrap true` one after another (target ratio <= 1.10). Then status latency: for each
-job, the time from Slurm's end of the job (its EndTime) to the TrainJob's Complete condition (its
-lastTransitionTime), p50/p99 (target p99 <= 2 s); both clocks are this machine's, at one-second resolution.
+The baseline is N plain `sbatch --wrap true`, one after another. Against it, two figures for N TrainJobs for
+the real Slurm cluster on the real API server (the test control plane), each the time until every one
+carries its Slurm job id (annotation operator.hpcbridge.io/job-id), target ratio <= 1.10:
+1. backlog: N TrainJobs already applied, then the operator starts (a restart, a deploy); its start-up counts;
+2. live: N TrainJobs applied at once by 8 clients to the running operator; the API server's own cost of
+   creating them counts, and is printed on its own, since on a small machine it alone can exceed the loop.
+Then status latency: for each job, the time from Slurm's end of the job (its EndTime) to the TrainJob's
+Complete condition (its lastTransitionTime), p50/p99 (target p99 <= 2 s); both clocks are this machine's,
+at one-second resolution.
 
 Run: .venv/bin/python bench/operator_throughput.py [--jobs 500]. Starts the control plane
 (tests/harness/kube.py) and Slurm (tests/harness/slurm.py), and the operator as a process.
@@ -69,6 +73,8 @@ class Setup:
         self.workdir = base / "work"
         self.workdir.mkdir()
         self.proc: subprocess.Popen | None = None
+        #: how many Slurm jobs with a TrainJob uid there are to be once this phase's are in
+        self.expected = 0
 
     def operator(self) -> subprocess.Popen:
         self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "operator", "--namespace", "bench"],
@@ -76,10 +82,10 @@ class Setup:
                                      stderr=subprocess.STDOUT)
         return self.proc
 
-    def apply(self, index: int) -> str:
+    def apply(self, index: int, prefix: str = "job") -> str:
         created = self.custom.create_namespaced_custom_object(GROUP, VERSION, "bench", "trainjobs", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
-            "metadata": {"name": f"job-{index}", "annotations": {"hpcbridge.io/cluster": "slurm",
+            "metadata": {"name": f"{prefix}-{index}", "annotations": {"hpcbridge.io/cluster": "slurm",
                                                                   "hpcbridge.io/workdir": str(self.workdir)}},
             "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "plain"},
                      "trainer": {"command": ["true"]}}})
@@ -106,6 +112,23 @@ class Setup:
         self.kube.stop()
 
 
+def _until_all_have_ids(setup: Setup, prefix: str, jobs: int, started: float) -> tuple[float, float]:
+    """Seconds from *started* until every TrainJob named *prefix*-N has its Slurm job id, and until Slurm
+    holds a job for each."""
+    in_slurm = None
+    while True:
+        items = [i for i in setup.trainjobs() if i["metadata"]["name"].startswith(prefix)]
+        ids = [(i["metadata"].get("annotations") or {}).get("operator.hpcbridge.io/job-id") for i in items]
+        if in_slurm is None and sum(len(v) for v in setup.slurm_jobs_by_uid().values()) >= setup.expected:
+            in_slurm = time.perf_counter() - started
+        if len(ids) == jobs and all(ids):
+            done = time.perf_counter() - started
+            return done, in_slurm if in_slurm is not None else done
+        if time.perf_counter() - started > 60 + jobs:
+            raise SystemExit(f"only {sum(map(bool, ids))}/{jobs} TrainJobs have a job id; see {setup.base}")
+        time.sleep(0.1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=500)
@@ -120,32 +143,37 @@ def main() -> None:
                            cwd=setup.workdir, capture_output=True)
         raw = time.perf_counter() - started
         subprocess.run(["scancel", "--user=root"], env=env)
+        print(f"raw sbatch loop of {jobs}:  {raw:.1f} s")
 
+        # 1. a backlog: N TrainJobs already applied when the operator starts (a restart, a deploy); the clock
+        # runs from the operator's start, its start-up included
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: setup.apply(i, "backlog"), range(jobs)))
+        setup.expected = jobs
+        started = time.perf_counter()
         setup.operator()
-        time.sleep(3)
+        through, in_slurm = _until_all_have_ids(setup, "backlog-", jobs, started)
+        print(f"backlog of {jobs} TrainJobs, operator started: all in Slurm after {in_slurm:.1f} s, all with a "
+              f"job id after {through:.1f} s; ratio to raw sbatch {through / raw:.2f}  (target <= 1.10)")
+
+        # 2. live: N TrainJobs applied at once (8 clients) to the running operator; the clock runs from the
+        # first apply, so the API server's own cost of creating them is in it
+        setup.expected = 2 * jobs
         started = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(setup.apply, range(jobs)))
         applied = time.perf_counter() - started
-        while True:
-            ids = [(i["metadata"].get("annotations") or {}).get("operator.hpcbridge.io/job-id")
-                   for i in setup.trainjobs()]
-            if len(ids) == jobs and all(ids):
-                break
-            if time.perf_counter() - started > 60 + jobs:
-                raise SystemExit(f"only {sum(map(bool, ids))}/{jobs} TrainJobs have a job id; see {setup.base}")
-            time.sleep(0.2)
-        through = time.perf_counter() - started
-        print(f"{jobs} TrainJobs applied in {applied:.1f} s; all with a Slurm job id after {through:.1f} s")
-        print(f"raw sbatch loop of {jobs}:      {raw:.1f} s")
-        print(f"ratio (operator / raw sbatch):  {through / raw:.2f}  (target <= 1.10)")
+        through, in_slurm = _until_all_have_ids(setup, "job-", jobs, started)
+        print(f"{jobs} TrainJobs applied to the running operator in {applied:.1f} s (the API server alone, "
+              f"{applied / raw:.2f}x the raw loop); all in Slurm after {in_slurm:.1f} s, all with a job id after "
+              f"{through:.1f} s; ratio to raw sbatch {through / raw:.2f}")
 
         # status latency: Slurm's EndTime -> the TrainJob's Complete condition
         deadline = time.perf_counter() + 120 + jobs
         while True:
             done = [i for i in setup.trainjobs() if any(c["type"] == "Complete" and c["status"] == "True"
                                                         for c in (i.get("status") or {}).get("conditions") or [])]
-            if len(done) == jobs or time.perf_counter() > deadline:
+            if len(done) == 2 * jobs or time.perf_counter() > deadline:
                 break
             time.sleep(1)
         ends = {}
@@ -166,7 +194,7 @@ def main() -> None:
             p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
             print(f"status latency over {len(latencies)} jobs (1 s clock resolution): p50 "
                   f"{statistics.median(latencies):.1f} s, p99 {p99:.1f} s  (target p99 <= 2 s)")
-        print(f"{len(done)}/{jobs} TrainJobs Complete")
+        print(f"{len(done)}/{2 * jobs} TrainJobs Complete")
     finally:
         setup.stop()
 

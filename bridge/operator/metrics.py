@@ -23,6 +23,7 @@ class Metrics:
         self.lock = threading.Lock()
         self.submissions: dict[tuple[str, str], int] = defaultdict(int)
         self.backend_errors: dict[str, int] = defaultdict(int)
+        self.journal_events: dict[str, int] = defaultdict(int)
         self.cycles: dict[str, list[int]] = {}
         self.cycle_sum: dict[str, float] = defaultdict(float)
         self.cycle_count: dict[str, int] = defaultdict(int)
@@ -36,6 +37,10 @@ class Metrics:
     def backend_error(self, cluster: str) -> None:
         with self.lock:
             self.backend_errors[cluster] += 1
+
+    def journal_event(self, cluster: str) -> None:
+        with self.lock:
+            self.journal_events[cluster] += 1
 
     def cycle(self, cluster: str, seconds: float) -> None:
         with self.lock:
@@ -57,6 +62,10 @@ class Metrics:
                       "# TYPE hpcbridge_backend_errors_total counter"]
             for cluster, value in sorted(self.backend_errors.items()):
                 lines.append(f"hpcbridge_backend_errors_total{_labels({'cluster': cluster})} {value}")
+            lines += ["# HELP hpcbridge_journal_events_total Job events a backend's journal pushed (Flux), each "
+                      "waking its cluster's sync loop.", "# TYPE hpcbridge_journal_events_total counter"]
+            for cluster, value in sorted(self.journal_events.items()):
+                lines.append(f"hpcbridge_journal_events_total{_labels({'cluster': cluster})} {value}")
             lines += ["# HELP hpcbridge_sync_cycle_seconds One sync cycle of a cluster: its batched poll and the "
                       "status writes it causes.", "# TYPE hpcbridge_sync_cycle_seconds histogram"]
             for cluster, counts in sorted(self.cycles.items()):

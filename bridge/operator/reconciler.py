@@ -54,6 +54,8 @@ class Tracked:
     generation: int | None = None
     #: (state, reason, message, exit code) last written
     last: tuple | None = None
+    #: changes to write with the next poll's (Submitted: one status write where there would be two)
+    pending: list = field(default_factory=list, repr=False, compare=False)
     done: bool = False
     #: held while its conditions are computed and written: one write at a time per TrainJob
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -187,6 +189,7 @@ class ClusterSync:
                         break
                     if job_id is not None:
                         self.journal_events += 1
+                        self.metrics.journal_event(self.cluster_name)
                         with self.lock:
                             self.hinted.add(job_id)
                         self.wake.set()
@@ -223,7 +226,7 @@ class ClusterSync:
             if status is None:
                 continue
             key = (status.state.value, status.reason, status.message, status.exit_code)
-            if key != item.last:
+            if key != item.last or item.pending:
                 work.append((item, status, key))
                 with self.lock:
                     self.lagging.pop(item.ref.job_id, None)
@@ -231,8 +234,12 @@ class ClusterSync:
         def write(entry) -> None:
             item, status, key = entry
             job = f"{self.adapter.backend} job {item.ref.job_id} on cluster {self.cluster_name}"
-            changes = cond.for_status(status.state.value, status.reason, status.message, status.exit_code, job)
-            if self._safely(item, changes):
+            pending, item.pending = item.pending, []
+            changes = [*pending, *cond.for_status(status.state.value, status.reason, status.message,
+                                                  status.exit_code, job)]
+            if not self._safely(item, changes):
+                item.pending = pending
+            else:
                 # an Event per change of state; waiting is what Submitted already said
                 if (item.last is None or item.last[0] != key[0]) and key[0] not in ("Pending", "Unknown"):
                     warning = status.state.value in ("Failed", "Cancelled", "Timeout")
@@ -416,8 +423,8 @@ class Reconciler:
                    cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable", f"{job} found")]
         if suspended is not None:
             changes.append(cond.Change(cond.SUSPENDED, False, "Resumed", "TrainJob is resumed"))
+        item.pending = changes  # written with the first poll of the job, which track() asks for at once
         sync.track(item)
-        sync.change(item, changes)
         if first:  # an Event is a courtesy: it does not hold up the next submission
             sync.writers.submit(self.api.event, namespace, name, uid, "Submitted", f"submitted as {job}")
         return {key: value for key, value in recorded.items() if annotations.get(key) != value}

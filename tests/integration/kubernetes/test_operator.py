@@ -454,6 +454,44 @@ def test_credentials_come_from_a_secret_and_never_show(operator, ssh_cluster, ne
     assert secret_line not in seen
 
 
+def test_a_trainjob_for_the_flux_cluster_runs_on_flux_and_its_journal_drives_the_status(operator, flux_uri) -> None:
+    """The Flux path: submitted through the flux command, followed through the job manager's event journal
+    (``flux python`` JournalConsumer), which wakes the cluster's sync loop on each start and end."""
+    import re
+    import shutil
+    import urllib.request
+
+    from kubernetes.client.exceptions import ApiException
+
+    flux = shutil.which("flux")
+    try:
+        operator.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+            "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "flux"},
+            "spec": {"type": "flux", "flux": {"uri": flux_uri, "fluxCommand": flux},
+                     "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    except ApiException as exc:
+        assert exc.status == 409, exc.body
+    ns = operator.namespace()
+    created = operator.apply(ns, "on-flux", "flux", ["sh", "-c", "echo hello from flux"])
+    failing = operator.apply(ns, "fails-on-flux", "flux", ["sh", "-c", "exit 3"])
+    done = operator.until(ns, "on-flux", is_true("Complete"))
+    failed = condition(operator.until(ns, "fails-on-flux", is_true("Failed")), "Failed")
+    assert "exit code 3" in failed["message"], failed
+    env = {**os.environ, "FLUX_URI": flux_uri}
+    for obj, item, result in ((done, created, "COMPLETED"), (operator.get(ns, "fails-on-flux"), failing, "FAILED")):
+        job_id = obj["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+        assert obj["metadata"]["annotations"]["operator.hpcbridge.io/job-cluster"] == "flux"
+        shown = subprocess.run([flux, "jobs", "-n", "-o", "{result}", job_id], capture_output=True, text=True,
+                               env=env).stdout.strip()
+        assert shown == result, (job_id, shown)
+        spec = subprocess.run([flux, "job", "info", job_id, "jobspec"], capture_output=True, text=True,
+                              env=env).stdout
+        assert item["metadata"]["uid"] in spec
+    text = urllib.request.urlopen(f"http://{operator.metrics}/metrics", timeout=10).read().decode()
+    events = re.search(r'hpcbridge_journal_events_total\{cluster="flux"\} (\d+)', text)
+    assert events and int(events.group(1)) >= 4, text  # a start and a clean for each of the two jobs
+
+
 def test_metrics_count_submissions_cycles_errors_and_states(operator) -> None:
     import re
     import urllib.request
