@@ -66,6 +66,7 @@ def _configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's only its failures
     settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
+    settings.batching.batch_window = 0.01  # kopf waits this long for more events of an object (default 0.1 s)
 
 
 def _call(fn, body, patch=None) -> None:
