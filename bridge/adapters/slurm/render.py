@@ -11,7 +11,7 @@ import re
 
 from bridge import __version__
 from bridge.api.names import has_control
-from bridge.convert.sbatch import passthrough_value, slurm_time
+from bridge.convert.sbatch.values import slurm_time
 from bridge.errors import InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec
 from bridge.plan import (
@@ -115,13 +115,13 @@ def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
 
 
 def _gres(value: str | None):
-    from bridge.convert.sbatch import gres_items
+    from bridge.convert.sbatch.values import gres_items
 
     return gres_items(value) if value else []
 
 
 def _spelled_gpus_per_node(option: str, value: str, nodes: int) -> int | None:
-    from bridge.convert.sbatch import gpu_counts
+    from bridge.convert.sbatch.values import gpu_counts
 
     if option == "gres":
         counts = [int(item.count) for item in _gres(value) if item.name == "gpu" and item.count.isdigit()]
@@ -172,8 +172,12 @@ def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
         options.append(("chdir", plan.workdir))
     if plan.suspend:
         options.append(("hold", None))
-    # a flag passed through as "true" is written bare (--requeue), as sbatch takes it
-    options.extend((name, passthrough_value(name, value)) for name, value in knobs.sbatch_extra if name != "comment")
+    if knobs.sbatch_extra:
+        from bridge.convert.sbatch.parse import passthrough_value
+
+        # a flag passed through as "true" is written bare (--requeue), as sbatch takes it
+        options.extend((name, passthrough_value(name, value)) for name, value in knobs.sbatch_extra
+                       if name != "comment")
     return options
 
 
