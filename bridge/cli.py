@@ -87,9 +87,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.to == "trainjob":
         from bridge.api.loader import to_yaml
 
-        trainjob = source.trainjob_form()
+        objects = source.converted()
         _report(source.notes)
-        sys.stdout.write(to_yaml([trainjob]))
+        sys.stdout.write(to_yaml(objects))
         return 0
     # one writer per format: converting is rendering for that backend type
     backend = {"jobspec": "flux", "jobset": "kubernetes", "sbatch": "slurm"}[args.to]

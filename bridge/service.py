@@ -96,6 +96,14 @@ class Input:
                               "<slurm cluster>)")
         return self.single_trainjob()
 
+    def converted(self) -> list[Resource]:
+        """``convert --to trainjob``'s output: the TrainJob form, and the runtime it names when that came with
+        it (a converted Training Operator v1 job's own TrainingRuntime)."""
+        trainjob = self.trainjob_form()
+        wanted = trainjob.spec.runtime_ref.name
+        return [trainjob, *(obj for obj in self.objects if obj.kind in ("TrainingRuntime", "ClusterTrainingRuntime")
+                            and obj.name == wanted)]
+
     def single_trainjob(self) -> TrainJob:
         found = self.trainjobs
         if len(found) != 1:
@@ -108,7 +116,7 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
 
     sbatch flags override a script's directives, or a TrainJob's fields, as ``sbatch`` flags would.
     """
-    from bridge.api.loader import MAX_INPUT_BYTES, decode_input, load_documents, read_text
+    from bridge.api.loader import MAX_INPUT_BYTES, decode_input, read_text
 
     if file == "-":
         # bytes, as a file is read: no newline translation, bounded, strict UTF-8
@@ -123,7 +131,8 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
     notes: list[str] = []
     if text.startswith("#!"):
         return _read_script(text, source, path, sbatch_flags)
-    objects = load_documents(text, source)
+    objects, converted_notes = _load_documents(text, source)
+    notes.extend(converted_notes)
     if sbatch_flags:
         from bridge.api.trainjob import TrainJob
         from bridge.convert.sbatch import apply_flags, parse_flags
@@ -137,6 +146,29 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
             converted.append(obj)
         objects = converted
     return Input(tuple(objects), source, path, tuple(notes))
+
+
+def _load_documents(text: str, source: str) -> tuple[list, list[str]]:
+    """The documents of a YAML input as typed objects; a Training Operator v1 job (PyTorchJob, TFJob,
+    MPIJob) becomes the TrainJob it means, and the TrainingRuntime it needs, with a note for each field that
+    does not carry over."""
+    from bridge.api.loader import parse_object, safe_load_all
+    from bridge.convert.kubeflow_v1 import is_v1_job
+
+    documents = [doc for doc in safe_load_all(text, source) if doc is not None]
+    objects, notes = [], []
+    for index, document in enumerate(documents):
+        label = source if len(documents) == 1 else f"{source}[doc {index + 1}]"
+        if is_v1_job(document):
+            from bridge.api.catalog import builtin_runtime_documents
+            from bridge.convert.kubeflow_v1 import convert
+
+            converted = convert(document, label, builtin_runtime_documents())
+            objects += [parse_object(doc, f"{label} (converted)") for doc in converted.documents()]
+            notes += converted.notes
+        else:
+            objects.append(parse_object(document, label))
+    return objects, notes
 
 
 def _read_script(text: str, source: str, path: str | None, sbatch_flags: Sequence[str]) -> Input:

@@ -55,6 +55,13 @@ def builtin_runtimes(name: str | None = None) -> tuple[RuntimeObject, ...]:
                  if name is None or doc["metadata"]["name"] == name)
 
 
+def builtin_runtime_documents() -> dict[str, dict]:
+    """The built-in runtimes as documents, by name (copies: the caller may change them)."""
+    import copy
+
+    return {doc["metadata"]["name"]: copy.deepcopy(doc) for doc in _builtin_documents()}
+
+
 def builtin_runtime_names() -> list[str]:
     return sorted(doc["metadata"]["name"] for doc in _builtin_documents())
 

@@ -127,6 +127,7 @@ class RuntimeMeta(ObjectMeta):
 
 class _RuntimeBase(WireModel):
     api_version: Literal["trainer.kubeflow.org/v1alpha1"]
+    kind: str  # each kind narrows it; declared here so that it is written second, as kubectl does
     metadata: RuntimeMeta
     spec: TrainingRuntimeSpec
 

@@ -139,6 +139,10 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
     env.update(spec.extra_env)
     if spec.launcher == "torchrun" and launchers.calls_torchrun(spec.command):
         env.update(launchers.torch_env(topology, spec.rdzv_port))
+    roles = env.get(launchers.TF_ROLES_ENV)
+    if roles:
+        env["TF_CONFIG"] = launchers.tf_config(roles, topology, int(env.get(launchers.TF_PORT_ENV) or
+                                                                     launchers.TF_DEFAULT_PORT))
     if spec.launcher == "openmpi" and os.geteuid() == 0:
         # Open MPI refuses root without both variables; containers and CI commonly run as root.
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -96,6 +96,39 @@ def torch_env(topology: Topology, port: int) -> dict[str, str]:
     }
 
 
+#: set on a TensorFlow job (a converted TFJob): its roles in rank order, e.g. ``chief=1,worker=2,ps=1``; each
+#: node gets TF_CONFIG for its own role, as the TFJob operator gives each pod
+TF_ROLES_ENV = "HPCBRIDGE_TF_ROLES"
+#: the port of node 0's TensorFlow server; node N listens on this + N (nodes of the local cluster share a host)
+TF_PORT_ENV = "HPCBRIDGE_TF_PORT"
+TF_DEFAULT_PORT = 2223
+
+
+def tf_config(roles: str, topology: Topology, port: int) -> str:
+    """TF_CONFIG for this node: the cluster (each role's ``host:port`` in rank order) and this node's task."""
+    import json
+
+    from bridge.errors import InvalidSpec
+
+    cluster: dict[str, list[str]] = {}
+    task = None
+    rank = 0
+    for part in roles.split(","):
+        role, _, count = part.partition("=")
+        if not role or not count.isdigit():
+            raise InvalidSpec(TF_ROLES_ENV, roles, f"{part!r} is not ROLE=COUNT")
+        for index in range(int(count)):
+            if rank >= len(topology.hosts):
+                raise InvalidSpec(TF_ROLES_ENV, roles, f"names more nodes than the job's {len(topology.hosts)}")
+            cluster.setdefault(role, []).append(f"{topology.hosts[rank]}:{port + rank}")
+            if rank == topology.rank:
+                task = {"type": role, "index": index}
+            rank += 1
+    if rank != len(topology.hosts):
+        raise InvalidSpec(TF_ROLES_ENV, roles, f"names {rank} nodes; the job has {len(topology.hosts)}")
+    return json.dumps({"cluster": cluster, "task": task}, separators=(",", ":"))
+
+
 def calls_torchrun(command: Sequence[str]) -> bool:
     return bool(command) and os.path.basename(command[0]) == "torchrun"
 
