@@ -145,3 +145,21 @@ def test_status_logs_and_cancel_from_another_process(tmp_path: Path) -> None:
                            capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 0, again.stderr
     assert json.loads(cli("status", job, "-o", "json").stdout)[0]["state"] == "Succeeded"
+
+
+@pytest.mark.parametrize("example, expected", [
+    ("pytorchjob.yaml", ["ddp allreduce result: 3.000 OK", "[node-0]", "[node-1]"]),
+    ("mpijob.yaml", ["allreduce result: 10 OK"]),
+    ("tfjob.yaml", ['[node-0] chief 0 of cluster {"chief": ["localhost:2223"], "worker": ["localhost:2224", '
+                    '"localhost:2225"]}', "[node-1] worker 0 of", "[node-2] worker 1 of"]),
+])
+def test_training_operator_v1_jobs_run_as_the_trainjobs_they_convert_to(example: str, expected: list[str]) -> None:
+    """`hpcbridge submit` takes a PyTorchJob, MPIJob or TFJob as it is: converted (notes on stderr), then run."""
+    result = submit(ROOT / "examples" / example)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for text in expected:
+        assert text in result.stdout, (text, result.stdout)
+    assert "Succeeded (exit code 0)" in result.stderr
+    if example == "mpijob.yaml":
+        assert result.stdout.count("allreduce sum=10") == 4  # 2 workers x slotsPerWorker 2
+        assert result.stdout.count("hello from an MPIJob") == 4  # mpirun -x reached every rank

@@ -171,3 +171,46 @@ def test_batch_script_over_ssh_is_sent_as_it_is(netns_slurm, netns_hosts, tmp_pa
     assert re.match(r"name=verbatim\.sbatch on node-\d", "".join(adapter.logs(submitted.ref)))
     info = netns_slurm.run("scontrol", "--oneliner", "show", "job", submitted.ref.job_id).stdout
     assert re.search(r"Comment=kept comment hpcbridge\.io/uid=[0-9a-f-]{36} ", info), info
+
+
+def test_training_operator_v1_jobs_run_across_hosts(netns_slurm, tmp_path) -> None:
+    """A TFJob (chief + 2 workers) and an MPIJob (3 workers) read as they are, converted, and run on Slurm
+    spanning 3 hosts: each TFJob node gets TF_CONFIG naming its own host and role; the MPIJob's ranks meet."""
+    from bridge import service
+
+    cluster = bridge_cluster(netns_slurm)
+    adapter = SlurmAdapter(cluster)
+    pod = {"spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow",
+                                    "command": [sys.executable, str(ROOT / "examples" / "tf_config_check.py")]}]}}
+    tfjob = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+             "metadata": {"name": "tf-hosts", "annotations": {"hpcbridge.io/workdir": str(tmp_path)}},
+             "spec": {"tfReplicaSpecs": {"Chief": {"replicas": 1, "template": pod},
+                                         "Worker": {"replicas": 2, "template": pod}}}}
+    program = [sys.executable, str(ROOT / "examples" / "mpi_allreduce.py")]
+    mpijob = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+              "metadata": {"name": "mpi-hosts", "annotations": {"hpcbridge.io/workdir": str(tmp_path)}},
+              "spec": {"sshAuthMountPath": "/home/mpiuser/.ssh", "mpiReplicaSpecs": {
+                  "Launcher": {"template": {"spec": {"containers": [
+                      {"name": "l", "image": "i", "command": ["mpirun", "-np", "3", "--bind-to", "none", *program],
+                       "env": [{"name": "ALLREDUCE_GREETING", "value": "from an MPIJob"}]}]}}},
+                  "Worker": {"replicas": 3, "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}}}}}}
+    refs = {}
+    for name, doc in (("tf", tfjob), ("mpi", mpijob)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        source = service.read_input(str(path))
+        assert source.notes  # what did not carry over is said (image, --bind-to, ...)
+        prepared = service.prepare(source, cluster="nsslurm", configured={"nsslurm": cluster})
+        refs[name] = service.submit(prepared).ref
+    for name, ref in refs.items():
+        status = wait_for(adapter, ref, finished, timeout=180)
+        text = "".join(adapter.logs(ref))
+        assert status.state == JobState.SUCCEEDED, text
+        if name == "tf":
+            cluster_line = '{"chief": ["node-0:2223"], "worker": ["node-1:2224", "node-2:2225"]}'
+            assert sorted(line.split(" of ")[0] for line in text.splitlines() if " of cluster " in line) == \
+                ["chief 0", "worker 0", "worker 1"], text
+            assert text.count(cluster_line) == 3, text
+        else:
+            assert "allreduce result: 6 OK" in text and text.count("from an MPIJob") == 3, text
+            assert sorted(re.findall(r"rank \d/3 on (node-\d)", text)) == ["node-0", "node-1", "node-2"]
