@@ -130,6 +130,21 @@ def test_mpi_allreduce_example_runs_across_pods_on_two_nodes(real, tmp_path) -> 
     assert len(placed) == 2 and set(placed.values()) == set(real.cluster.node_names), placed
 
 
+def test_an_mpijob_runs_as_the_trainjob_it_converts_to_across_pods(real, tmp_path) -> None:
+    """examples/mpijob.yaml, an mpi-operator MPIJob (2 workers x 2 slots), submitted as it is: converted to a
+    TrainJob on the mpi-distributed runtime, it runs 4 ranks across 2 pods on the 2 nodes, and mpirun's `-x`
+    reaches every rank."""
+    job = exclusive(tmp_path / "mpijob.yaml", (ROOT / "examples" / "mpijob.yaml").read_text())
+    submitted, placed = submit_and_watch(real, job, "mpi-allreduce-v1")
+    logs = real.cli("logs", "mpi-allreduce-v1", "--cluster", "real")
+    assert submitted.returncode == 0, submitted.stderr + logs.stdout
+    assert "note: MPIJob" in submitted.stderr  # what did not carry over is said
+    assert "allreduce result: 10 OK" in logs.stdout and logs.stdout.count("hello from an MPIJob") == 4
+    ranks = re.findall(r"rank (\d)/4 on (\S+):", logs.stdout)
+    assert {host for _, host in ranks} == {"mpi-allreduce-v1-launcher-0-0", "mpi-allreduce-v1-node-0-0"}
+    assert len(placed) == 2 and set(placed.values()) == set(real.cluster.node_names), placed
+
+
 def test_mpich_allreduce_across_pods_on_two_nodes(real, tmp_path) -> None:
     """The same example on the MPICH runtime: Hydra's mpiexec, its proxies started over the job's ssh, computes
     the allreduce on every rank across the two nodes. Not asserted: that the job then ends. Debian's MPICH 4.0.2
