@@ -8,6 +8,7 @@ and the same TrainJob prints the same result here, on Slurm and on this machine.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -286,4 +287,25 @@ def test_torch_ddp_example_runs_across_pods_on_two_nodes(real, tmp_path) -> None
     assert "ddp allreduce result: 3.000 OK" in logs.stdout, logs.stdout
     workers = re.findall(r"worker (\d)/2 \(node (\d)\): grad=1\.500 expected=1\.500", logs.stdout)
     assert sorted(workers) == [("0", "0"), ("1", "1")], logs.stdout
+    assert len(placed) == 2 and set(placed.values()) == set(real.cluster.node_names), placed
+
+
+def test_a_tfjob_gives_each_pod_tf_config_for_its_role(real, tmp_path) -> None:
+    """examples/tfjob.yaml with one worker (a chief and a worker: one pod on each node), submitted as it is:
+    each pod's TF_CONFIG names both pods by their DNS names and its own role, as the TFJob operator's would."""
+    text = (ROOT / "examples" / "tfjob.yaml").read_text()
+    text = text.replace("    Worker:\n      replicas: 2", "    Worker:\n      replicas: 1")
+    job = exclusive(tmp_path / "tfjob.yaml", text)
+    config = yaml.safe_load(Path(real.env["HPCBRIDGE_CONFIG"]).read_text())
+    config["spec"]["kubernetes"]["images"]["tensorflow/tensorflow:2.20.0"] = real.cluster.images["node"].ref
+    Path(real.env["HPCBRIDGE_CONFIG"]).write_text(yaml.safe_dump(config))
+    submitted, placed = submit_and_watch(real, job, "tf-multi-worker")
+    logs = real.cli("logs", "tf-multi-worker", "--cluster", "real")
+    assert submitted.returncode == 0, submitted.stderr + logs.stdout
+    roles = re.findall(r"(chief|worker) 0 of cluster (\{.*\})", logs.stdout)
+    assert sorted(role for role, _ in roles) == ["chief", "worker"], logs.stdout
+    cluster = json.loads(roles[0][1])
+    assert cluster == json.loads(roles[1][1]) and set(cluster) == {"chief", "worker"}, logs.stdout
+    assert cluster["chief"][0].startswith("tf-multi-worker-node-0-0.") and cluster["chief"][0].endswith(":2223")
+    assert cluster["worker"][0].startswith("tf-multi-worker-node-0-1.") and cluster["worker"][0].endswith(":2224")
     assert len(placed) == 2 and set(placed.values()) == set(real.cluster.node_names), placed
