@@ -77,7 +77,10 @@ def _one_line(text: str) -> str:
 
 def _short_repr(value: object, limit: int = 80) -> str:
     """repr() cut to one line: error messages must stay a single line whatever the input."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str() (a YAML !!int of thousands of digits)
+        text = f"<a {value.bit_length()}-bit number>" if isinstance(value, int) else f"<{type(value).__name__}>"
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text

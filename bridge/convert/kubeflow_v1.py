@@ -50,7 +50,10 @@ _PATCHED_POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "volumes", "se
 
 
 def is_v1_job(document: Any) -> bool:
-    return isinstance(document, dict) and (document.get("apiVersion"), document.get("kind")) in KINDS
+    if not isinstance(document, dict):
+        return False
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    return isinstance(api_version, str) and isinstance(kind, str) and (api_version, kind) in KINDS
 
 
 @dataclass
@@ -72,7 +75,10 @@ class _Conversion:
         self.notes: list[str] = []
 
     def note(self, path: str, value: Any, why: str) -> None:
-        shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        try:
+            shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        except ValueError:  # an int past Python's digit limit
+            shown = "<a number too long to show>"
         if len(shown) > 120:
             shown = shown[:117] + "..."
         self.notes.append(f"{self.kind} {path} {shown}: {why}")
@@ -89,13 +95,30 @@ class _Conversion:
             raise self.fail(path, value, "must be a mapping")
         return value
 
+    def items(self, value: Any, path: str) -> list[dict[str, Any]]:
+        """A list of mappings (containers, env), or InvalidSpec naming the field."""
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise self.fail(path, value, "must be a list of mappings")
+        return value
+
+    def strings(self, value: Any, path: str) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self.fail(path, value, "must be a list of strings")
+        return value
+
     def replicas(self, specs_field: str) -> dict[str, dict[str, Any]]:
         specs = self.mapping(self.doc.get("spec"), "spec").get(specs_field)
         if not isinstance(specs, dict) or not specs:
             raise self.fail(f"spec.{specs_field}", specs, f"a {self.kind} needs its replica specs")
         for role, spec in specs.items():
             path = f"spec.{specs_field}.{role}"
-            for key, value in self.mapping(spec, path).items():
+            if not isinstance(spec, dict):
+                raise self.fail(path, spec, "must be a mapping")
+            for key, value in spec.items():
                 if key == "restartPolicy":
                     if value != "Never":
                         self.note(f"{path}.restartPolicy", value, "a TrainJob's pods are not restarted (its "
@@ -105,9 +128,11 @@ class _Conversion:
         return specs
 
     def count(self, spec: dict[str, Any], path: str, default: int = 1) -> int:
+        from bridge.plan import MAX_NODES_DEFAULT
+
         value = spec.get("replicas", default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise self.fail(f"{path}.replicas", value, "must be a whole number ≥ 0")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_NODES_DEFAULT:
+            raise self.fail(f"{path}.replicas", value, f"must be a whole number from 0 to {MAX_NODES_DEFAULT}")
         return value
 
     def pod(self, spec: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -123,6 +148,11 @@ class _Conversion:
         containers = pod["containers"]
         if name is None:
             return 0, containers[0]
+        for index, container in enumerate(containers):
+            self.items(container.get("env"), f"{path}.template.spec.containers[{index}].env")
+            for key in ("command", "args"):
+                self.strings(container.get(key), f"{path}.template.spec.containers[{index}].{key}")
+            self.mapping(container.get("resources"), f"{path}.template.spec.containers[{index}].resources")
         for index, container in enumerate(containers):
             if container.get("name") == name:
                 return index, container
@@ -164,8 +194,8 @@ class _Conversion:
         if containers:
             spec["containers"] = containers
         patch: dict[str, Any] = {}
-        labels = {k: v for k, v in (metadata.get("labels") or {}).items()}
-        annotations = {k: v for k, v in (metadata.get("annotations") or {}).items()}
+        labels = dict(self.mapping(metadata.get("labels"), f"{path}.template.metadata.labels"))
+        annotations = dict(self.mapping(metadata.get("annotations"), f"{path}.template.metadata.annotations"))
         if labels or annotations:
             patch["metadata"] = {**({"labels": labels} if labels else {}),
                                  **({"annotations": annotations} if annotations else {})}
@@ -219,10 +249,12 @@ class _Conversion:
         meta = self.mapping(self.doc.get("metadata"), "metadata")
         if not isinstance(meta.get("name"), str) or not meta.get("name"):
             raise self.fail("metadata.name", meta.get("name"), f"a {self.kind} needs a name")
-        metadata = {"name": meta["name"]}
-        for key in ("namespace", "labels", "annotations"):
+        metadata: dict[str, Any] = {"name": meta["name"]}
+        for key in ("labels", "annotations"):
             if meta.get(key):
-                metadata[key] = copy.deepcopy(meta[key])
+                metadata[key] = copy.deepcopy(self.mapping(meta[key], f"metadata.{key}"))
+        if meta.get("namespace"):
+            metadata["namespace"] = meta["namespace"]
         ref = {"name": runtime_name, **({"kind": runtime_kind} if runtime_kind != "ClusterTrainingRuntime" else {})}
         return {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": metadata,
                 "spec": {"runtimeRef": ref, "trainer": trainer}}
@@ -278,7 +310,8 @@ def _pytorch(conv: _Conversion, builtin: dict[str, dict[str, Any]]) -> Converted
     if elastic.get("nProcPerNode") is not None and nproc is None:
         nproc = str(elastic["nProcPerNode"])
     if nproc is not None:
-        text = str(nproc)
+        text = nproc if isinstance(nproc, str) else str(nproc) if isinstance(nproc, int) and \
+            not isinstance(nproc, bool) and nproc.bit_length() < 64 else "?"
         if text.isdigit() and int(text) > 0:
             trainer["numProcPerNode"] = int(text)
         elif text in ("auto", "gpu"):
@@ -312,7 +345,8 @@ def _pytorch(conv: _Conversion, builtin: dict[str, dict[str, Any]]) -> Converted
 def _gpus(container: dict[str, Any]) -> int:
     resources = container.get("resources") or {}
     for part in ("limits", "requests"):
-        for name, value in (resources.get(part) or {}).items():
+        amounts = resources.get(part)
+        for name, value in (amounts.items() if isinstance(amounts, dict) else ()):
             if "gpu" in str(name):
                 try:
                     return int(str(value))
@@ -426,9 +460,11 @@ def _mpi(conv: _Conversion, builtin: dict[str, dict[str, Any]]) -> Converted:
     as_worker = bool(spec.get("runLauncherAsWorker"))
     workers = conv.count(specs["Worker"], "spec.mpiReplicaSpecs.Worker") if "Worker" in specs else 0
     nodes = workers + (1 if as_worker or not workers else 0)
+    from bridge.plan import MAX_PROCS_PER_NODE
+
     slots = spec.get("slotsPerWorker", 1)
-    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
-        raise conv.fail("spec.slotsPerWorker", slots, "must be a whole number ≥ 1")
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_PROCS_PER_NODE:
+        raise conv.fail("spec.slotsPerWorker", slots, f"must be a whole number from 1 to {MAX_PROCS_PER_NODE}")
     launcher_path = "spec.mpiReplicaSpecs.Launcher"
     launcher_meta, launcher_pod = conv.pod(specs["Launcher"], launcher_path)
     launcher_index, launcher = conv.framework_container(launcher_pod, None, launcher_path)
@@ -462,12 +498,14 @@ def _mpi(conv: _Conversion, builtin: dict[str, dict[str, Any]]) -> Converted:
                   launcher["resources"], "each node gets the Worker's resources (resourcesPerNode)")
     implementation = spec.get("mpiImplementation", "OpenMPI")
     runtime_name = {"OpenMPI": "mpi-distributed", "MPICH": "mpich-distributed", "Intel": "mpi-distributed"}.get(
-        implementation)
+        implementation) if isinstance(implementation, str) else None
     if runtime_name is None:
         raise conv.fail("spec.mpiImplementation", implementation, "must be OpenMPI, Intel or MPICH")
     base = copy.deepcopy(builtin[runtime_name])
     mpi = base["spec"]["mlPolicy"]["mpi"]
     ssh_path = spec.get("sshAuthMountPath", "/root/.ssh")
+    if not isinstance(ssh_path, str) or not ssh_path.startswith("/"):
+        raise conv.fail("spec.sshAuthMountPath", ssh_path, "must be an absolute path")
     changed = {}
     if implementation != mpi.get("mpiImplementation"):
         changed["mpiImplementation"] = implementation

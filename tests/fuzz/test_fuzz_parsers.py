@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -217,6 +218,64 @@ def test_whatever_loads_renders_or_is_refused_with_invalid_spec(path: str, fragm
     from bridge.api.loader import to_yaml
 
     text = _trainjob_yaml(path, fragment)
+    try:
+        source = service.read_input("-", stdin=text)
+    except InvalidSpec as exc:
+        _one_line(exc)
+        return
+    to_yaml(source.objects)
+    try:
+        service.prepare(source, to=backend)
+    except InvalidSpec as exc:
+        _one_line(exc)
+
+
+# --- YAML: hostile fragments in Training Operator v1 jobs ---------------------------------------------------
+
+_V1_CASES = Path(__file__).resolve().parent.parent / "cases" / "v1"
+_V1_PATHS = {
+    "pytorchjob-full": ["metadata.name", "metadata", "spec", "spec.nprocPerNode", "spec.runPolicy",
+                        "spec.runPolicy.schedulingPolicy", "spec.runPolicy.schedulingPolicy.queue",
+                        "spec.pytorchReplicaSpecs", "spec.pytorchReplicaSpecs.Worker",
+                        "spec.pytorchReplicaSpecs.Worker.replicas", "spec.pytorchReplicaSpecs.Worker.template",
+                        "spec.pytorchReplicaSpecs.Worker.template.spec",
+                        "spec.pytorchReplicaSpecs.Worker.template.spec.containers",
+                        "spec.pytorchReplicaSpecs.Worker.template.metadata",
+                        "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector", "spec.elasticPolicy"],
+    "mpijob-defaults": ["spec.slotsPerWorker", "spec.mpiImplementation", "spec.sshAuthMountPath",
+                        "spec.runLauncherAsWorker", "spec.mpiReplicaSpecs.Launcher",
+                        "spec.mpiReplicaSpecs.Launcher.template.spec.containers", "spec.mpiReplicaSpecs.Worker",
+                        "spec.mpiReplicaSpecs.Worker.replicas", "metadata.namespace"],
+    "tfjob-ps": ["spec.tfReplicaSpecs", "spec.tfReplicaSpecs.PS", "spec.tfReplicaSpecs.PS.replicas",
+                 "spec.tfReplicaSpecs.Worker.template.spec.containers", "spec.successPolicy",
+                 "spec.tfReplicaSpecs.Evaluator.replicas", "kind", "apiVersion"],
+}
+_V1_TARGETS = [(case, path) for case, paths in _V1_PATHS.items() for path in paths]
+
+
+def _v1_yaml(case: str, path: str, fragment: str) -> str:
+    import yaml
+
+    doc = yaml.safe_load((_V1_CASES / f"{case}.yaml").read_text())
+    node = doc
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {}) if isinstance(node.get(key), dict) or key not in node else node[key]
+    node[keys[-1]] = "FRAGMENT_HERE"
+    return yaml.safe_dump(doc, sort_keys=False).replace("'FRAGMENT_HERE'", fragment).replace(
+        "FRAGMENT_HERE", fragment)
+
+
+@DETERMINISTIC
+@given(st.sampled_from(_V1_TARGETS), _VALUE_YAML, st.sampled_from(["slurm", "flux", "kubernetes", "local"]))
+def test_a_hostile_v1_job_converts_renders_or_is_refused_with_invalid_spec(target, fragment: str,
+                                                                          backend: str) -> None:
+    """A PyTorchJob, MPIJob or TFJob with a hostile value anywhere converts, plans and renders, or is refused
+    with one InvalidSpec line: never a traceback."""
+    from bridge import service
+    from bridge.api.loader import to_yaml
+
+    text = _v1_yaml(*target, fragment)
     try:
         source = service.read_input("-", stdin=text)
     except InvalidSpec as exc:
