@@ -214,10 +214,15 @@ _VALUE_YAML = st.one_of(st.sampled_from(_FRAGMENTS), _WORD.map(json.dumps), st.l
 def test_whatever_loads_renders_or_is_refused_with_invalid_spec(path: str, fragment: str, backend: str) -> None:
     """A TrainJob that loads dumps back to YAML, and is planned and rendered for every backend type or refused
     with InvalidSpec."""
+    _loads_and_renders_or_is_refused(_trainjob_yaml(path, fragment), backend)
+
+
+def _loads_and_renders_or_is_refused(text: str, backend: str) -> None:
+    """*text* read as `submit` reads it dumps back to YAML and is planned and rendered for *backend*, or is
+    refused with one InvalidSpec line."""
     from bridge import service
     from bridge.api.loader import to_yaml
 
-    text = _trainjob_yaml(path, fragment)
     try:
         source = service.read_input("-", stdin=text)
     except InvalidSpec as exc:
@@ -272,17 +277,4 @@ def test_a_hostile_v1_job_converts_renders_or_is_refused_with_invalid_spec(targe
                                                                           backend: str) -> None:
     """A PyTorchJob, MPIJob or TFJob with a hostile value anywhere converts, plans and renders, or is refused
     with one InvalidSpec line: never a traceback."""
-    from bridge import service
-    from bridge.api.loader import to_yaml
-
-    text = _v1_yaml(*target, fragment)
-    try:
-        source = service.read_input("-", stdin=text)
-    except InvalidSpec as exc:
-        _one_line(exc)
-        return
-    to_yaml(source.objects)
-    try:
-        service.prepare(source, to=backend)
-    except InvalidSpec as exc:
-        _one_line(exc)
+    _loads_and_renders_or_is_refused(_v1_yaml(*target, fragment), backend)
