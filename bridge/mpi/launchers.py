@@ -68,7 +68,10 @@ def find_torchrun() -> list[str]:
 
 def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id: str,
                   torchrun: str | None = None) -> list[str]:
-    """c10d rendezvous hosted by node 0; ``is_host`` says so explicitly, as all local nodes share one host.
+    """Static rendezvous: every node knows its rank, and node 0 hosts the store (all local nodes share one host,
+    so the rank, not the address, says which one hosts it). Not c10d's dynamic rendezvous: its shutdown, after
+    the workers end, writes to node 0's store, and a node whose peer 0 had already exited then failed or hung
+    (torch 2.15, about one run in three across two hosts).
 
     ``--no-python`` because the command is an argv (``python3 train.py``), not a script for torchrun to wrap.
     """
@@ -76,10 +79,10 @@ def torchrun_argv(topology: Topology, command: Sequence[str], port: int, job_id:
         *([torchrun] if torchrun else find_torchrun()),
         f"--nnodes={len(topology.hosts)}",
         f"--nproc-per-node={topology.slots}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={topology.master}:{port}",
+        f"--node-rank={topology.rank}",
+        f"--master-addr={topology.master}",
+        f"--master-port={port}",
         f"--rdzv-id={job_id or 'hpcbridge'}",
-        f"--rdzv-conf=is_host={'true' if topology.rank == 0 else 'false'}",
         "--no-python",
         *command,
     ]

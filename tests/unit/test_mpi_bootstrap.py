@@ -78,7 +78,8 @@ def test_launcher_argv() -> None:
         "app"]
     argv = launchers.torchrun_argv(discovery.Topology(("n0", "n1"), 1, 2), ["python3", "t.py"], 29500, "uid",
                                    torchrun="torchrun")
-    assert "--rdzv-endpoint=n0:29500" in argv and "--rdzv-conf=is_host=false" in argv
+    assert argv[1:6] == ["--nnodes=2", "--nproc-per-node=2", "--node-rank=1", "--master-addr=n0", "--master-port=29500"]
+    assert not any(arg.startswith("--rdzv-backend") for arg in argv)  # static: no dynamic rendezvous to shut down
     assert argv[-3:] == ["--no-python", "python3", "t.py"]
 
 
