@@ -7,6 +7,7 @@ import sys
 from collections import namedtuple
 from collections.abc import Sequence
 
+from bridge.convert.kubeflow_v1 import TF_ROLES_ENV
 from bridge.mpi.discovery import Topology
 
 
@@ -99,9 +100,6 @@ def torch_env(topology: Topology, port: int) -> dict[str, str]:
     }
 
 
-#: set on a TensorFlow job (a converted TFJob): its roles in rank order, e.g. ``chief=1,worker=2,ps=1``; each
-#: node gets TF_CONFIG for its own role, as the TFJob operator gives each pod
-TF_ROLES_ENV = "HPCBRIDGE_TF_ROLES"
 #: the port of node 0's TensorFlow server; node N listens on this + N (nodes of the local cluster share a host)
 TF_PORT_ENV = "HPCBRIDGE_TF_PORT"
 TF_DEFAULT_PORT = 2223
