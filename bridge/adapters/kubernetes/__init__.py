@@ -399,10 +399,27 @@ class KubernetesAdapter(Adapter):
         names = sorted(pod.metadata.name for pod in pods.items)
         if not follow:
             for pod in names:
-                text = self._call("read log", self._core().read_namespaced_pod_log, pod, namespace, container="node")
-                yield f"==> {pod} <==\n{text}"
+                text = self._pod_log(pod, namespace)
+                if text is not None:
+                    yield f"==> {pod} <==\n{text}"
             return
         yield from self._follow(ref, namespace, name)
+
+    def _pod_log(self, pod: str, namespace: str) -> str | None:
+        """The pod's log, or None when the pod is gone since it was listed (a failed JobSet's pods are deleted
+        as it ends: their logs went with them)."""
+        from kubernetes.client.exceptions import ApiException
+
+        from bridge.adapters.kubernetes.client import CLIENT_ERRORS, translate
+
+        try:
+            return self._core().read_namespaced_pod_log(pod, namespace, container="node")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise translate(exc, "read log") from None
+        except CLIENT_ERRORS as exc:
+            raise translate(exc, "read log") from None
 
     def _follow(self, ref: JobRef, namespace: str, name: str, interval: float = 1.0) -> Iterator[str]:
         """Every pod's log as it comes, line by line, until the job has ended and every stream with it. Pods
