@@ -19,6 +19,7 @@ from tests.harness.kube import KubeCluster
 from tests.harness.kubelet import RealNodeCluster
 from tests.harness.netns import HostCluster
 from tests.harness.slurm import NetnsSlurmCluster, SlurmCluster
+from tests.integration.engines import engine  # noqa: F401 (the fixture, for every module here)
 
 
 @pytest.fixture(scope="session")
