@@ -323,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_clusters)
 
     p = sub.add_parser("launch", help="run on every node of an allocation: discover peers, start the launcher")
-    p.add_argument("--launcher", default="plain", help="openmpi, mpich, intel, torchrun, plain or flux")
+    p.add_argument("--launcher", default="plain", help="openmpi, mpich, intel, torchrun, plain, flux or script "
+                                                       "(a batch script, with srun and scontrol shims)")
     p.add_argument("--discovery", default="local", help="slurm, flux, jobset, hostfile, explicit or local")
     p.add_argument("--procs-per-node", type=int, default=1, help="ranks (MPI slots) or workers per node")
     p.add_argument("--nodes", type=int, help="expected node count")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import math
 import re
-import shlex
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -332,6 +331,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
                           f"Kubernetes the image's entrypoint would run; a {cluster.spec.type} cluster runs no "
                           "image entrypoint)")
     image = (spec_trainer.image if spec_trainer and spec_trainer.image else None) or container.image
+    if not image and cluster.spec.type == "kubernetes":
+        image = cluster.spec.defaults.image
 
     env = _merged_env(container.env or [], (spec_trainer.env if spec_trainer else None) or [])
     for index, entry in enumerate((spec_trainer.env if spec_trainer else None) or []):
@@ -846,19 +847,28 @@ def job_environment(plan: LaunchPlan) -> tuple[tuple[str, str], ...]:
 ACCOUNT_ENV_LINE = ': "${USER:=$(id -un)}" "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"; export USER HOME'
 
 
-def step_guard_env(plan: LaunchPlan) -> dict[str, str]:
-    """For a batch script on a backend that is not Slurm: ``srun`` as a bash function that fails the job.
-
-    Without it, a script's ``srun`` line fails (no Slurm there, or not this job's) and the script goes on
-    to end with its last command's status: a job whose steps never ran would read Succeeded. The function
-    is exported through the environment (bash imports ``BASH_FUNC_<name>%%``), so the script's own shell
-    has it, and ``exit`` in it ends the script with 127 — the status of a missing command.
-    """
+def script_env(plan: LaunchPlan) -> dict[str, str]:
+    """For a batch script on a backend that is not Slurm: the job variables sbatch sets that the plan decides
+    (``hpcbridge launch --launcher script`` adds the allocation's, as it finds it, and the srun shim)."""
     if plan.launcher != Launcher.SCRIPT or plan.backend == "slurm":
         return {}
-    message = f"hpcbridge: srun: this job runs on the {plan.backend} cluster {plan.cluster!r}, not in a Slurm " \
-              "allocation; its steps cannot run here, so the job fails"
-    return {"BASH_FUNC_srun%%": f"() {{ echo {shlex.quote(message)} >&2; exit 127; }}"}
+    extra = dict(plan.options.sbatch_extra)
+    env = {"SLURM_JOB_NAME": plan.options.slurm_job_name or plan.name, "SLURM_CLUSTER_NAME": plan.cluster}
+    if "ntasks" in extra and extra["ntasks"].isdigit():
+        env["SLURM_NTASKS"] = extra["ntasks"]  # sbatch sets SLURM_NTASKS_PER_NODE only when it was given
+    else:
+        env["SLURM_NTASKS"] = str(plan.nodes * plan.procs_per_node)
+        env["SLURM_NTASKS_PER_NODE"] = str(plan.procs_per_node)
+    cpus = plan.resources.cpu_count
+    if cpus and plan.resources.cpu == cpus and cpus % plan.procs_per_node == 0:
+        env["SLURM_CPUS_PER_TASK"] = str(cpus // plan.procs_per_node)
+    if plan.resources.gpus:
+        env["SLURM_GPUS_ON_NODE"] = str(plan.resources.gpus)
+    if plan.options.partition:
+        env["SLURM_JOB_PARTITION"] = plan.options.partition
+    if plan.options.account:
+        env["SLURM_JOB_ACCOUNT"] = plan.options.account
+    return env
 
 
 def check_shell_env(plan: LaunchPlan) -> None:

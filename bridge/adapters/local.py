@@ -48,7 +48,7 @@ from bridge.plan import (
     LaunchPlan,
     check_shell_env,
     job_environment,
-    step_guard_env,
+    script_env,
 )
 from bridge.records import state_root
 
@@ -74,8 +74,8 @@ def layout(plan: LaunchPlan) -> list[LocalProcess]:
     processes = []
     for node in range(groups):
         spec = LaunchSpec(
-            # no scheduler here: a script runs as a plain command, and Flux-policy ranks start with Open MPI
-            launcher={Launcher.SCRIPT: "plain", Launcher.FLUX: "openmpi"}.get(plan.launcher, plan.launcher.value),
+            # no scheduler here: a script's steps run through the srun shim, Flux-policy ranks with Open MPI
+            launcher={Launcher.FLUX: "openmpi"}.get(plan.launcher, plan.launcher.value),
             discovery="local",
             procs_per_node=plan.procs_per_node,
             nodes=plan.nodes,
@@ -201,7 +201,7 @@ class LocalAdapter(Adapter):
         job = _OwnedJob(ref, directory, [], deadline)
         prefix = len(groups) > 1
         for group in groups:
-            env = {**base_env, **dict(group.env), **dict(job_environment(plan)), **step_guard_env(plan),
+            env = {**base_env, **dict(group.env), **dict(job_environment(plan)), **script_env(plan),
                    "HPCBRIDGE_NODE_RANK": str(group.node)}
             try:
                 proc = subprocess.Popen(list(group.argv), cwd=workdir, env=env, stdin=subprocess.DEVNULL,

@@ -180,6 +180,9 @@ class KubernetesConnection(_Remote):
 
 
 class ClusterDefaults(WireModel):
+    #: kubernetes: the image a job runs in when neither its TrainJob nor its runtime names one (a batch script
+    #: without a ``#HPCBRIDGE --image=`` line)
+    image: str | None = Field(default=None, min_length=1, max_length=512, pattern=r"^\S+$")
     partition: str | None = None
     account: str | None = None
     qos: str | None = None

@@ -26,7 +26,7 @@ from bridge.errors import InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
 from bridge.mpi.hostfile import Peer, hostfile_for
 
-LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux")
+LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux", "script")
 MPI = ("openmpi", "mpich", "intel")
 
 
@@ -480,12 +480,54 @@ def lead(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workdir: st
         trace("released")
 
 
+def run_script(spec: LaunchSpec, topology: discovery.Topology, workdir: str) -> int:
+    """A batch script, as sbatch runs one: once, on the first node, with Slurm's job environment and ``srun`` /
+    ``scontrol`` shims first on PATH (bridge.mpi.step); between pods the other nodes serve the job's sshd for
+    its steps, as MPI peers do."""
+    from bridge.mpi import step
+
+    if spec.discovery == "flux":
+        transport = "flux"
+    elif len(topology.hosts) == 1 or spec.discovery == "local":
+        transport = "local"
+    elif spec.ssh_dir:
+        transport = "ssh"
+    else:
+        raise InvalidSpec("--ssh-dir", None, f"a batch script on {len(topology.hosts)} hosts needs the job's ssh "
+                                             "keys: its steps reach the other nodes over ssh")
+    keys = None
+    if transport == "ssh":
+        keys = ssh.private_keys(ssh.load_job_keys(spec.ssh_dir), Path(workdir))
+        if topology.rank != 0:
+            return serve_peer(spec, topology, keys, workdir)
+    elif topology.rank != 0:
+        return 0  # the script runs once; this node's tasks start with each step
+    env = child_env(spec, os.environ, topology)
+    env.update(step.batch_env(spec.job_id, topology.hosts, spec.procs_per_node, env))
+    env["PATH"] = step.write_shims(workdir, sys.executable) + os.pathsep + env.get("PATH", os.defpath)
+    env.update({step.TRANSPORT_ENV: transport, step.HOSTS_ENV: ",".join(topology.hosts), step.STATE_ENV: workdir,
+                step.PYTHON_ENV: sys.executable})
+    if keys is None:
+        return run_child(list(spec.command), env)
+    files = ssh.write_client_files(keys, topology.hosts, Path(workdir), spec.ssh_port)
+    env[step.SSH_CONFIG_ENV] = str(files.config)
+    peers = [host for host in dict.fromkeys(topology.hosts[1:]) if host != topology.hosts[0]]
+    try:
+        ssh.wait_for_peers(peers, spec.ssh_port, spec.wait_timeout)
+        trace("peers answer; starting the script")
+        return run_child(list(spec.command), env)
+    finally:
+        release_peers(spec, {host: release_token(keys, spec.job_id, host) for host in peers}, files)
+
+
 def run(spec: LaunchSpec) -> int:
     trace("started")
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
                                   rank=spec.node_rank, hostfile=spec.hostfile, leader=spec.leader)
     workdir = private_workdir(spec.job_id)
     try:
+        if spec.launcher == "script":
+            return run_script(spec, topology, workdir)
         if spec.launcher in MPI and spec.ssh_dir and len(topology.hosts) > 1:
             keys = ssh.private_keys(ssh.load_job_keys(spec.ssh_dir), Path(workdir))
             if topology.rank != 0:

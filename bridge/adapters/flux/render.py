@@ -21,7 +21,7 @@ from bridge.plan import (
     check_identity,
     check_shell_env,
     job_environment,
-    step_guard_env,
+    script_env,
 )
 from bridge.shell import comment, join, quote
 
@@ -30,9 +30,8 @@ def batch_script(plan: LaunchPlan) -> str:
     check_identity(plan)
     # Inside a Flux instance MPI ranks are started by flux-shell (PMI), not mpirun over ssh.
     per_node = plan.launcher in (Launcher.TORCHRUN, Launcher.PLAIN)
-    script = plan.launcher == Launcher.SCRIPT
     spec = LaunchSpec(
-        launcher="flux" if plan.launcher in MPI_LAUNCHERS else "plain" if script else plan.launcher.value,
+        launcher="flux" if plan.launcher in MPI_LAUNCHERS else plan.launcher.value,
         discovery="flux",
         procs_per_node=plan.procs_per_node,
         nodes=plan.nodes,
@@ -48,8 +47,9 @@ def batch_script(plan: LaunchPlan) -> str:
         "set -eu",
         ACCOUNT_ENV_LINE,
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
-        f"exec flux run --nodes={plan.nodes} --tasks-per-node=1 {launch}" if per_node
-        else f"exec {join(plan.exec_argv)}" if script else f"exec {launch}",
+        # here, not in the jobspec's environment: the subinstance's broker drops SLURM_* from what it inherits
+        *(f"export {name}={quote(value)}" for name, value in script_env(plan).items()),
+        f"exec flux run --nodes={plan.nodes} --tasks-per-node=1 {launch}" if per_node else f"exec {launch}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -65,7 +65,7 @@ def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]
         # RFC 25 requires duration; 0 means unlimited (bounded by the instance)
         "duration": float(plan.time_limit_seconds or 0),
         "environment": {"PATH": BASE_PATH, **(base_env or {}), **{entry.name: entry.value or "" for entry in plan.env},
-                        **dict(job_environment(plan)), **step_guard_env(plan)},
+                        **dict(job_environment(plan))},
         "job": {"name": plan.name},
         "shell": {"options": {}},
     }

@@ -25,7 +25,7 @@ from bridge.plan import (
     LaunchPlan,
     check_identity,
     job_environment,
-    step_guard_env,
+    script_env,
 )
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -38,7 +38,9 @@ HOST_KEY_SECRET_KEY = "hpcbridge-host-key"
 #: where every MPI pod finds the hostfile ConfigMap (Kubeflow's path)
 HOSTFILE_PATH = "/etc/mpi/hostfile"
 #: launchers that run through ``hpcbridge launch`` in the pods (Flux and batch scripts bring their own)
-_LAUNCHED = frozenset({*MPI_LAUNCHERS, Launcher.TORCHRUN, Launcher.PLAIN})
+_LAUNCHED = frozenset({*MPI_LAUNCHERS, Launcher.TORCHRUN, Launcher.PLAIN, Launcher.SCRIPT})
+#: the nodes reach each other over the job's sshd: MPI ranks, and a batch script's steps (the srun shim)
+_OVER_SSH = frozenset({*MPI_LAUNCHERS, Launcher.SCRIPT})
 #: the Slurm-shaped knobs on Kubernetes: partitions and features are node labels, accounts a label for chargeback
 PARTITION_LABEL = "hpcbridge.io/partition"
 FEATURE_LABEL_PREFIX = "feature.hpcbridge.io/"
@@ -119,6 +121,9 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         jobs.append({"name": "node", "replicas": 1, "template": {
             "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": TRAINER_CONTAINER}]}}}}})
+        if plan.launcher == Launcher.SCRIPT:
+            # sbatch runs a failed script once; a retried rank 0 would also wait for peers that have left
+            jobs[0]["template"]["spec"]["backoffLimit"] = 0
     trainer = _trainer_job(jobs)
     assert trainer is not None  # plan.py found it, or we just built it
     container = _node_container(trainer)
@@ -140,7 +145,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     user_env = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
                  **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
     user_env += [{"name": name, "value": value} for name, value in (*job_environment(plan),
-                                                                      *step_guard_env(plan).items())]
+                                                                      *script_env(plan).items())]
     _set_env(container, user_env)
     resources = _container_resources(plan)
     if resources:
@@ -154,7 +159,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     node_job = next((job for job in jobs if job.get("name") == "node"), trainer)
     # the first pod of the trainer's replicated job coordinates (torch master, JAX coordinator, XGBoost tracker)
     master_host = hostnames(plan, trainer["name"], 1, subdomain)[0]
-    if plan.launcher in MPI_LAUNCHERS:
+    if plan.launcher in _OVER_SSH:
         peers = _mpi(plan, jobs, trainer, node_job, container, subdomain, user_env, resources)
     else:
         _set_pod_count(trainer, plan.nodes)
@@ -170,7 +175,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         _inject_torch_env(plan, jobs, master_host)
     if plan.launcher in _LAUNCHED and (container.get("command") or container.get("args")):
         _launch(plan, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
-    counted = node_job if plan.launcher in MPI_LAUNCHERS else trainer
+    counted = node_job if plan.launcher in _OVER_SSH else trainer
     for job in jobs:
         if job is not counted:
             # every other replicated job (initializers, an MPI launcher) runs one pod, stated as Kubeflow states it
@@ -430,7 +435,7 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
             {"name": "OMPI_MCA_orte_set_default_slots", "value": str(plan.procs_per_node)},
             {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
         ])
-    else:
+    elif plan.launcher in MPI_LAUNCHERS:
         _set_env(container, [{"name": "HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"},
                              {"name": "I_MPI_HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"}])
     return [Peer(host, plan.procs_per_node) for host in peers]
@@ -450,7 +455,7 @@ def _launch(plan: LaunchPlan, container: dict[str, Any], trainer: dict[str, Any]
     launcher = Launcher.PLAIN if tuple(command[:2]) == TORCHTUNE_ENTRYPOINT else plan.launcher
     common = {"launcher": launcher.value, "discovery": "jobset", "procs_per_node": plan.procs_per_node,
               "nodes": plan.nodes, "command": command, "rdzv_port": plan.rdzv_port, "job_id": plan.uid}
-    if plan.launcher in MPI_LAUNCHERS:
+    if plan.launcher in _OVER_SSH:
         spec = LaunchSpec(**common, hostfile=HOSTFILE_PATH, leader=hostnames(plan, trainer["name"], 1, subdomain)[0],
                           ssh_dir=plan.ssh_auth_mount_path or "/root/.ssh", ssh_port=DEFAULT_PORT,
                           forward_env=tuple(dict.fromkeys(env_names)))
@@ -458,7 +463,7 @@ def _launch(plan: LaunchPlan, container: dict[str, Any], trainer: dict[str, Any]
         spec = LaunchSpec(**common, hosts=tuple(hostnames(plan, trainer["name"], plan.nodes, subdomain)))
     argv = [*plan.launch_command, *spec.to_args()]
     targets = [container]
-    if plan.launcher in MPI_LAUNCHERS and node_job is not trainer:
+    if plan.launcher in _OVER_SSH and node_job is not trainer:
         worker = _node_container(node_job)
         if worker is not None:
             targets.append(worker)
@@ -491,7 +496,7 @@ def mpi_objects(plan: LaunchPlan, peers: list[Peer]) -> list[dict[str, Any]]:
 
 def render_objects(plan: LaunchPlan) -> list[dict[str, Any]]:
     js, peers = jobset(plan)
-    if plan.launcher in MPI_LAUNCHERS:
+    if plan.launcher in _OVER_SSH:
         return [*mpi_objects(plan, peers), js]
     return [js]
 

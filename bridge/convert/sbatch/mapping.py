@@ -23,7 +23,7 @@ from bridge.api.loader import invalid_from_validation
 from bridge.api.runtime import ClusterTrainingRuntime
 from bridge.api.trainjob import API_VERSION, MANAGED_BY_BRIDGE, RFC1035_LABEL, TrainJob
 from bridge.convert.sbatch.body import parse_exec_body, script_command
-from bridge.convert.sbatch.parse import SbatchRequest
+from bridge.convert.sbatch.parse import SbatchRequest, bridge_directives
 from bridge.convert.sbatch.values import (
     BadValue,
     gpu_counts,
@@ -164,6 +164,9 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
 
     name = _name(conv, name)
     trainer: dict[str, Any] = {}
+    image = bridge_directives(body, request.source).get("image")
+    if image:
+        trainer["image"] = image
     spec: dict[str, Any] = {}
 
     nodes_min, nodes_fixed = 1, None

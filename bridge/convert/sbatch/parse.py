@@ -225,6 +225,43 @@ def _is_command(line: str) -> bool:
     return bool(stripped) and not stripped.startswith("#")
 
 
+#: hpc-bridge's own directives in a batch script (sbatch reads them as comments), and what each may say
+BRIDGE_MAGIC = "#HPCBRIDGE"
+BRIDGE_OPTIONS = ("image",)
+
+
+def bridge_directives(body: str, source: str | None = None) -> dict[str, str]:
+    """``#HPCBRIDGE --image=IMAGE`` lines of the directive block (before the first command), last one wins.
+
+    They say what sbatch has no word for: the container image the script runs in where the cluster runs
+    containers (Kubernetes). Anything else on such a line is an error naming the line.
+    """
+    found: dict[str, str] = {}
+    for line in body.split("\n"):
+        if _is_command(line):
+            break
+        if not line.startswith(BRIDGE_MAGIC):
+            continue
+        where = line[:80]  # the body has no #SBATCH lines left, so its line numbers are not the file's
+        args = tokenize_directive(line[len(BRIDGE_MAGIC):], where=where, source=source)
+        index = 0
+        while index < len(args):
+            name, eq, value = args[index].removeprefix("--").partition("=")
+            if not args[index].startswith("--") or name not in BRIDGE_OPTIONS:
+                raise InvalidSpec(where, args[index], "takes only "
+                                  + ", ".join(f"--{option}=VALUE" for option in BRIDGE_OPTIONS), source=source)
+            if not eq:
+                index += 1
+                if index >= len(args):
+                    raise InvalidSpec(where, args[index - 1], "needs a value", source=source)
+                value = args[index]
+            if not value or any(ch.isspace() for ch in value):
+                raise InvalidSpec(where, value, f"--{name} must be one word", source=source)
+            found[name] = value
+            index += 1
+    return found
+
+
 def _hetjob_separator(rest: str) -> bool:
     word = rest.lstrip(" \t\n\v\f\r")
     for sep in ("hetjob", "packjob"):

@@ -163,3 +163,20 @@ def test_training_operator_v1_jobs_run_as_the_trainjobs_they_convert_to(example:
     if example == "mpijob.yaml":
         assert result.stdout.count("allreduce sum=10") == 4  # 2 workers x slotsPerWorker 2
         assert result.stdout.count("hello from an MPIJob") == 4  # mpirun -x reached every rank
+
+
+def test_a_batch_scripts_steps_run_with_the_mpi_launcher_and_its_environment(tmp_path: Path) -> None:
+    """`hpcbridge submit job.sbatch` on the local cluster, as a user types it: srun --mpi=pmi2 starts the tasks
+    with Hydra (each finds PMI_RANK = SLURM_PROCID), --mpi=pmix with Open MPI (OMPI_COMM_WORLD_RANK), and the
+    script's own variables reach every task."""
+    script = tmp_path / "mpi-steps.sbatch"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2\n#SBATCH --chdir=" + str(tmp_path) + "\nset -eo pipefail\n"
+        "export GREETING=\"it's a 'test'\"\n"
+        "srun --mpi=pmi2 -l sh -c 'echo hydra $PMI_RANK $SLURM_PROCID \"$GREETING\"' | sort\n"
+        "srun --mpi=pmix sh -c 'echo ompi $OMPI_COMM_WORLD_RANK $SLURM_PROCID $SLURM_NODEID' | sort\n")
+    result = submit(script, "--wait")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("0:", "1:", "2:", "3:", "ompi"))]
+    assert lines == [f"{rank}: hydra {rank} {rank} it's a 'test'" for rank in range(4)] + [
+        f"ompi {rank} {rank} {rank // 2}" for rank in range(4)]
