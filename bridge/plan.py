@@ -283,17 +283,23 @@ def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | Cluste
     return candidates[-1]
 
 
-def select_cluster(trainjob: TrainJob, runtime, clusters: Mapping[str, BridgeCluster], override: str | None = None,
-                   default: str = "local"):
-    """The target cluster: the explicit choice, else the TrainJob's annotation, else the runtime's, else
-    *default* (``local`` for the CLI; the operator's own)."""
+def requested_cluster(trainjob: TrainJob, runtime, override: str | None, default: str) -> str:
+    """The cluster name asked for: the explicit choice, else the TrainJob's annotation, else the runtime's,
+    else *default*; ``auto`` asks the orchestration layer to place the job (bridge.placement)."""
     name = override
     if name is None:
         name = (trainjob.metadata.annotations or {}).get(CLUSTER_ANNOTATION)
     if name is None and runtime is not None:
         meta = runtime.metadata
         name = (meta.annotations or {}).get(CLUSTER_ANNOTATION) or (meta.labels or {}).get(CLUSTER_ANNOTATION)
-    name = name or default
+    return name or default
+
+
+def select_cluster(trainjob: TrainJob, runtime, clusters: Mapping[str, BridgeCluster], override: str | None = None,
+                   default: str = "local"):
+    """The target cluster: the explicit choice, else the TrainJob's annotation, else the runtime's, else
+    *default* (``local`` for the CLI; the operator's own)."""
+    name = requested_cluster(trainjob, runtime, override, default)
     if not name:
         raise InvalidSpec(f"metadata.annotations[{CLUSTER_ANNOTATION}]", None,
                           f"name the cluster to run on, on the TrainJob or its runtime; configured: "

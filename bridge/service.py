@@ -284,7 +284,8 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
     a cluster (the operator: one per cluster, kept open); by default a new one."""
     from bridge.api.catalog import all_runtimes
     from bridge.api.cluster import BridgeCluster
-    from bridge.plan import ANNOTATION_PREFIX, find_runtime, resolve, select_cluster
+    from bridge.placement import AUTO
+    from bridge.plan import find_runtime, requested_cluster, select_cluster
 
     trainjob = source.single_trainjob()
     runtime = find_runtime(trainjob, all_runtimes(source.objects, list(runtimes), name=trainjob.spec.runtime_ref.name))
@@ -305,7 +306,20 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
                                       "name")
                 merged[obj.name] = obj
             available = merged
+        if requested_cluster(trainjob, runtime, cluster, default_cluster) == AUTO and AUTO not in available:
+            from bridge import placement
+
+            chosen, judged = placement.place(
+                available, lambda target: _prepare_for(target, trainjob, runtime, source, adapter_for))
+            return replace(chosen, notes=(*placement.notes(judged), *chosen.notes))
         target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster)
+    return _prepare_for(target, trainjob, runtime, source, adapter_for)
+
+
+def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
+                 adapter_for: Callable[[BridgeCluster], Adapter] | None) -> Prepared:
+    from bridge.plan import ANNOTATION_PREFIX, resolve
+
     if target.spec.type != "kubernetes":
         trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")
     adapter = (adapter_for or get_adapter)(target)

@@ -151,6 +151,38 @@ OPTION_NAMES = ("partition", "account", "qos", "constraint", "exclusive", "array
                 "error", "sbatch")
 
 
+@dataclass(frozen=True)
+class NodeNeed:
+    """What one node of a plan takes from a machine: CPUs, memory, GPUs (placement compares it to nodes)."""
+
+    cpus: int
+    memory_mib: int | None
+    gpus: int
+
+    @classmethod
+    def of(cls, plan: LaunchPlan) -> NodeNeed:
+        # at least a CPU per process: MPI ranks and torchrun workers each take one where nothing else is said
+        return cls(max(plan.resources.cpu_count or 0, plan.procs_per_node, 1), plan.resources.memory_mib,
+                   plan.resources.gpus)
+
+    def text(self) -> str:
+        memory = f", {self.memory_mib} MiB" if self.memory_mib else ""
+        return f"{self.cpus} CPU{memory}, {self.gpus} GPU"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How many of a cluster's nodes could take one node of a plan (its NodeNeed, its partition or queue, its
+    node labels): ``free`` now, ``fitting`` at all (busy nodes included, down or drained ones not); ``limit``
+    why the cluster can never run the plan (a partition's time or size limit), else None; ``detail`` says
+    what was counted, for ``--dry-run``."""
+
+    free: int
+    fitting: int
+    detail: str
+    limit: str | None = None
+
+
 class Adapter(ABC):
     """One backend. Instances are cheap; connections are opened lazily and reused."""
 
@@ -219,6 +251,11 @@ class Adapter(ABC):
     @abstractmethod
     def list_jobs(self) -> list[JobStatus]:
         """The jobs hpc-bridge submitted to this cluster as this user, with their uids and states."""
+
+    @abstractmethod
+    def capacity(self, plan: LaunchPlan) -> Capacity:
+        """How many nodes could take one of *plan*'s nodes, now and at all, from one batched backend query
+        (``--cluster auto``); BackendUnavailable when the backend cannot be reached."""
 
     @abstractmethod
     def check(self) -> str:

@@ -33,10 +33,12 @@ from bridge.adapters.base import (
     Artifact,
     ArtifactFile,
     Capabilities,
+    Capacity,
     Identity,
     JobRef,
     JobState,
     JobStatus,
+    NodeNeed,
 )
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected
@@ -418,6 +420,14 @@ class LocalAdapter(Adapter):
             if not follow or finished:
                 return
             time.sleep(poll_interval)
+
+    def capacity(self, plan: LaunchPlan) -> Capacity:
+        """This machine's CPUs in node-sized shares: its emulated nodes share them (GPUs are not counted here
+        yet, so a plan that asks for GPUs fits none)."""
+        need = NodeNeed.of(plan)
+        cpus = os.cpu_count() or 1
+        shares = 0 if need.gpus else cpus // need.cpus
+        return Capacity(shares, shares, f"this machine: {cpus} CPUs, {shares} node-sized shares for {need.text()}")
 
     def check(self) -> str:
         return f"this machine ({socket.gethostname()}, {os.cpu_count()} CPUs)"

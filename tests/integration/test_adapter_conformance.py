@@ -162,3 +162,19 @@ def test_logs_follow_streams_while_the_job_runs_and_ends_with_it(engine: Engine)
     assert state_at_first == JobState.RUNNING
     assert "second-line" in seen  # and following ended only after the job's last words
     assert adapter.poll([ref])[ref].state.finished
+
+
+def test_capacity_counts_the_nodes_that_fit_a_plan(engine: Engine) -> None:
+    """--cluster auto asks every backend the same: how many nodes could take one node of this plan, now and
+    at all (one batched query). A node asking for 10000 CPUs fits nowhere."""
+    from fractions import Fraction
+
+    from bridge.adapters.base import Capacity
+
+    prepared = engine.prepare("conform-capacity", ["true"])
+    capacity = prepared.adapter.capacity(prepared.plan)
+    assert isinstance(capacity, Capacity) and capacity.detail and capacity.limit is None
+    assert 1 <= capacity.free <= capacity.fitting, capacity  # the test engines are idle enough for one CPU
+    huge = replace(prepared.plan, resources=replace(prepared.plan.resources, cpu=Fraction(10000),
+                                                    given_requests=(("cpu", "10000"),)))
+    assert prepared.adapter.capacity(huge).fitting == 0

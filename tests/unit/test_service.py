@@ -54,6 +54,7 @@ class FakeBackend(Adapter):
         self.sent = 0
         self.fail_next: list[Exception] = []
         self.lose_answer = False
+        self.free_nodes = 8  # what capacity() reports free (of 8)
 
     def render(self, plan) -> Artifact:
         return Artifact("fake", "text", plan, (ArtifactFile("job", plan.name),))
@@ -105,6 +106,11 @@ class FakeBackend(Adapter):
 
     def list_jobs(self) -> list[JobStatus]:
         return []
+
+    def capacity(self, plan):
+        from bridge.adapters.base import Capacity
+
+        return Capacity(self.free_nodes, 8, f"fake: {self.free_nodes} of 8 nodes free")
 
     def check(self) -> str:
         return "fake"

@@ -15,16 +15,18 @@ from bridge.adapters.base import (
     Artifact,
     ArtifactFile,
     Capabilities,
+    Capacity,
     Identity,
     JobRef,
     JobState,
     JobStatus,
+    NodeNeed,
     OptionSpec,
 )
 from bridge.adapters.flux.client import FluxCLI
 from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import LocalTransport, SSHTransport, Transport
-from bridge.plan import LaunchPlan
+from bridge.plan import Launcher, LaunchPlan
 
 #: Flux job states (RFC 21) → ours; INACTIVE is decided by the result
 STATES = {"NEW": JobState.PENDING, "DEPEND": JobState.PENDING, "PRIORITY": JobState.PENDING,
@@ -194,6 +196,13 @@ class FluxAdapter(Adapter):
                 if uid:
                     refs.append(JobRef(self.cluster.name, "flux", job_id, uid, recorded_name or name))
         return list(self.poll(refs).values())
+
+    def capacity(self, plan: LaunchPlan) -> Capacity:
+        from bridge.adapters.flux import capacity
+
+        # a batch (every launcher but Flux's own PMI) takes its nodes exclusively, as `flux batch` does
+        return capacity.count(self.client.resources(plan.options.partition), NodeNeed.of(plan),
+                              whole_nodes=plan.launcher != Launcher.FLUX)
 
     def check(self) -> str:
         return self.client.describe()

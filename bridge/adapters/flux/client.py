@@ -136,6 +136,12 @@ class FluxCLI:
                 job_id, _, event = line.strip().partition(" ")
                 yield job_id if event else None
 
+    def resources(self, queue: str | None) -> dict[str, str]:
+        """Each resource state's set in R's short form (free, allocated, down), of *queue* if given."""
+        args = ["resource", "list", "--no-header", "--format={state}|{rlist}", *(["--queue", queue] if queue else [])]
+        lines = self.run(args, "flux resource list", timeout=30).stdout.splitlines()
+        return dict(line.split("|", 1) for line in lines if "|" in line)
+
     def describe(self) -> str:
         version = self.run(["version"], "flux version").stdout.splitlines()
         size = self.run(["getattr", "size"], "flux getattr size").stdout.strip()
@@ -264,6 +270,15 @@ class FluxPython:
                     yield event.jobid.f58
         finally:
             consumer.stop()
+
+    def resources(self, queue: str | None) -> dict[str, str]:
+        if queue:
+            raise BackendRejected("flux", f"resources of queue {queue!r}: flux-python gives the instance's only; "
+                                          "use transport: cli")
+        from flux.resource.list import resource_list
+
+        listing = self._call("resource list", lambda: resource_list(self.handle).get())
+        return {"free": str(listing.free), "allocated": str(listing.allocated), "down": str(listing.down)}
 
     def describe(self) -> str:
         return f"flux-python {getattr(self._flux, '__version__', '?')}; instance size {self.handle.attr_get('size')}"

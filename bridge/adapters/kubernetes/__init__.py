@@ -20,6 +20,7 @@ from bridge.adapters.base import (
     Artifact,
     ArtifactFile,
     Capabilities,
+    Capacity,
     Identity,
     JobRef,
     JobState,
@@ -483,6 +484,18 @@ class KubernetesAdapter(Adapter):
         return [self._jobset_status(JobRef(self.cluster.name, "kubernetes", f"{ns}/{i['metadata']['name']}",
                                            i["metadata"]["labels"][UID_LABEL], i["metadata"]["name"]), i)
                 for i in listing.get("items", [])]
+
+    def capacity(self, plan: LaunchPlan) -> Capacity:
+        """Nodes and active pods, one listing each, against one trainer pod of the JobSet *plan* renders."""
+        from bridge.adapters.kubernetes import capacity
+        from bridge.adapters.kubernetes.render import jobset, trainer_pod_spec
+
+        pod_spec = trainer_pod_spec(jobset(plan)[0])
+        api = self._core().api_client
+        nodes = self._call("list nodes", self._core().list_node)
+        pods = self._call("list pods", self._core().list_pod_for_all_namespaces, field_selector=capacity.ACTIVE_PODS)
+        return capacity.count([api.sanitize_for_serialization(node) for node in nodes.items],
+                              [api.sanitize_for_serialization(pod) for pod in pods.items], pod_spec)
 
     def check(self) -> str:
         from kubernetes import client

@@ -84,6 +84,13 @@ def _trainer_job(jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next((job for job in jobs if job.get("name") == "node"), None)
 
 
+def trainer_pod_spec(js: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec of the JobSet's trainer (or MPI node) pods: what each of the plan's nodes asks for."""
+    jobs = js["spec"]["replicatedJobs"]
+    job = next((j for j in jobs if j.get("name") == "node"), None) or _trainer_job(jobs) or jobs[0]
+    return _pod_spec(job)
+
+
 def _pod_spec(job: dict[str, Any]) -> dict[str, Any]:
     job_spec = job.setdefault("template", {}).setdefault("spec", {})
     return job_spec.setdefault("template", {}).setdefault("spec", {})

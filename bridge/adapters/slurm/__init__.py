@@ -16,10 +16,12 @@ from bridge.adapters.base import (
     Artifact,
     ArtifactFile,
     Capabilities,
+    Capacity,
     Identity,
     JobRef,
     JobState,
     JobStatus,
+    NodeNeed,
     OptionSpec,
 )
 from bridge.adapters.slurm.render import comment_uid, render_script, sbatch_command
@@ -170,6 +172,16 @@ class SlurmAdapter(Adapter):
                 ref = JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
                 statuses.append(self._status(ref, record))
         return statuses
+
+    def capacity(self, plan: LaunchPlan) -> Capacity:
+        from bridge.adapters.slurm import sinfo
+
+        if self.rest is not None:
+            rows = sinfo.rest_rows(self.rest.request("GET", "/nodes").get("nodes", []),
+                                   self.rest.request("GET", "/partitions").get("partitions", []))
+        else:
+            rows = sinfo.parse(self._check(self.transport.run(sinfo.SINFO, timeout=30), "sinfo").stdout)
+        return sinfo.count(rows, NodeNeed.of(plan), plan.nodes, plan.options.partition, plan.time_limit_seconds)
 
     def check(self) -> str:
         if self.rest is not None:

@@ -89,3 +89,22 @@ def test_rest_needs_an_absolute_workdir(rest_cluster) -> None:
     plan = resolve(job("rel", ["true"], "relative/dir"), RUNTIME, rest_cluster)
     with pytest.raises(InvalidSpec, match="absolute working directory"):
         SlurmAdapter(rest_cluster).render(plan)
+
+
+def test_rest_capacity_is_what_sinfo_says(rest_cluster, bridge_cluster, tmp_path) -> None:
+    """--cluster auto through slurmrestd: its nodes and partitions count as sinfo's lines do (the default
+    partition, long = node[1-2], one that does not exist)."""
+    found = []
+    for partition in (None, "long", "nosuch"):
+        trainjob = job("capacity", ["true"], tmp_path, nodes=1)
+        if partition:
+            trainjob = trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(
+                update={"annotations": {**(trainjob.metadata.annotations or {}), "hpcbridge.io/partition": partition}})})
+        for _ in range(3):  # two reads of a live cluster: a job of another test may end in between
+            via_rest = SlurmAdapter(rest_cluster).capacity(resolve(trainjob, RUNTIME, rest_cluster))
+            via_sinfo = SlurmAdapter(bridge_cluster).capacity(resolve(trainjob, RUNTIME, bridge_cluster))
+            if via_rest == via_sinfo:
+                break
+        assert via_rest == via_sinfo, (via_rest, via_sinfo)
+        found.append(via_rest)
+    assert [c.fitting for c in found] == [4, 2, 0] and found[2].limit == "no partition 'nosuch'"
