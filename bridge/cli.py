@@ -262,8 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser, cluster: bool = True) -> None:
         if cluster:
-            p.add_argument("--cluster", "-c", help="target cluster (default: the TrainJob's hpcbridge.io/cluster "
-                                                   "annotation, its runtime's, else local)")
+            p.add_argument("--cluster", "-c", help="target cluster, or auto: the one that starts it soonest "
+                                                   "(default: the TrainJob's hpcbridge.io/cluster annotation, its "
+                                                   "runtime's, else local)")
             p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
         p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
 
@@ -287,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
     p.add_argument("--rerun", action="store_true", help="run again a TrainJob whose job already finished "
                                                         "(without it, submitting a finished TrainJob is an error)")
-    p.add_argument("--cluster", help="target cluster (default: the TrainJob's hpcbridge.io/cluster annotation, "
-                                     "its runtime's, else local)")
+    p.add_argument("--cluster", help="target cluster, or auto: the one that starts it soonest (default: the "
+                                     "TrainJob's hpcbridge.io/cluster annotation, its runtime's, else local)")
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
     p.add_argument("--format", choices=OUTPUTS, default="text", help="how --dry-run prints the artifact")
     p.set_defaults(func=cmd_submit, sbatch_flags_allowed=True)
