@@ -161,8 +161,25 @@ def _show_change(status) -> None:
 
 
 def _status_rows(statuses) -> list[dict]:
-    return [{"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
-             "exitCode": s.exit_code, "reason": s.reason, "nodes": ",".join(s.nodes)} for s in statuses]
+    from bridge.service import history
+
+    rows = []
+    for s in statuses:
+        row = {"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
+               "exitCode": s.exit_code, "reason": s.reason, "nodes": ",".join(s.nodes)}
+        moves = history(s.ref.uid)
+        if moves:
+            row["history"] = moves  # where the job ran before, and why it moved (hpcbridge migrate)
+        rows.append(row)
+    return rows
+
+
+def _move_line(move: dict) -> str:
+    source, target = move["from"], move["to"]
+    how = f" after {move['signal']}" if move.get("signal") else ""
+    why = f": {move['reason']}" if move.get("reason") else ""
+    return (f"moved from {source['cluster']} job {source['job']} ({source['state']}{how}) to {target['cluster']} "
+            f"job {target['job']}{why}")
 
 
 def _print_statuses(statuses, output: str) -> None:
@@ -176,6 +193,9 @@ def _print_statuses(statuses, output: str) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for row in rows:
+        for move in row.get("history", ()):
+            print(f"{row['job']}: {_move_line(move)}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -197,6 +217,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     service.cancel(service.cluster_adapter(args.cluster), args.jobs, signal=args.signal, grace_seconds=args.grace,
                    retry=_retry())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from bridge import service
+
+    signal, grace = service.parse_stop_signal(args.signal)
+    moved = service.migrate(service.cluster_adapter(args.cluster), args.job, args.to, signal=signal,
+                            grace_seconds=grace, reason=args.reason, retry=_retry())
+    _report(moved.prepared.notes)
+    print(f"hpcbridge: {_move_line(moved.move)}", file=sys.stderr)
+    print(moved.submitted.ref.job_id)
     return 0
 
 
@@ -317,6 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = job_command("logs", "print a job's output", cmd_logs, many=False)
     p.add_argument("job", help="backend job id")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+
+    p = sub.add_parser("migrate", help="stop a job and run it again on another cluster, resuming from its "
+                                        "checkpoint directory (annotation hpcbridge.io/checkpoint-dir)")
+    p.add_argument("job", help="the job's id on its cluster")
+    p.add_argument("--to", required=True, help="the cluster to run it on now")
+    p.add_argument("--cluster", "-c", help="the job's cluster (default: $HPCBRIDGE_CLUSTER, or the only remote one)")
+    p.add_argument("--signal", default="TERM@30", help="SIGNAL@SECONDS, as sbatch --signal: sent first, then "
+                                                       "the hard stop after SECONDS (default TERM@30)")
+    p.add_argument("--reason", default="", help="why it moves (kept in its history)")
+    p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("clusters", help="list the configured clusters (the built-in local one included)")
     p.add_argument("check", nargs="?", choices=["check"], help="also reach every cluster once")

@@ -742,7 +742,7 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
 # --- annotations → backend options ---------------------------------------------------------------------
 
 _KNOBS = ("partition", "account", "qos", "constraint", "exclusive", "array", "dependency", "output", "error",
-          "workdir", "cluster", "migrate-to", "slurm-job-name", "slurm-gpus")
+          "workdir", "cluster", "migrate-to", "checkpoint-dir", "slurm-job-name", "slurm-gpus")
 #: how a converted batch script spelled its GPU request (``gres=gpu:2``): Slurm re-emits it, since
 #: Slurm's job environment differs by spelling (SLURM_GPUS_PER_NODE); other backends read the count
 SLURM_GPU_OPTIONS = ("gres", "gpus", "gpus-per-node")
@@ -787,6 +787,10 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
                 raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
         elif knob in ("output", "error", "workdir", "slurm-job-name"):
             _check_directive_value(where, value)
+        elif knob == "checkpoint-dir":
+            # where a moved job resumes (hpcbridge migrate): shared storage both clusters see, by one path
+            if not value.startswith("/") or "\n" in value or "\x00" in value:
+                raise InvalidSpec(where, value, "must be an absolute path on storage the clusters share")
         elif knob == "slurm-gpus":
             from bridge.convert.sbatch.parse import check_passthrough
 

@@ -89,3 +89,58 @@ class Records:
 
 def now() -> float:
     return time.time()
+
+
+class JobStore:
+    """What a TrainJob needs to run again elsewhere, by uid: its definition (the TrainJob and runtime it was
+    submitted with, as YAML) and its history of moves (``hpcbridge migrate``), under the user's state dir,
+    readable only by the user (a definition may hold environment values)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = (root or state_root()) / "jobs"
+
+    def _dir(self, uid: str) -> Path:
+        if not uid or not re.fullmatch(r"[A-Za-z0-9._-]+", uid) or uid in (".", ".."):
+            raise ValueError(f"not a uid: {uid!r}")
+        return self.root / uid
+
+    def keep_definition(self, uid: str, text: str) -> None:
+        """Written whole (a temporary file renamed over the old one): a reader never sees half of it."""
+        directory = self._dir(uid)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = directory / f".definition.{os.getpid()}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        os.replace(temporary, directory / "definition.yaml")
+
+    def definition(self, uid: str) -> str | None:
+        try:
+            return (self._dir(uid) / "definition.yaml").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def add_move(self, uid: str, move: dict) -> None:
+        directory = self._dir(uid)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(directory / "history.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, (json.dumps(move, sort_keys=True) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def history(self, uid: str) -> list[dict]:
+        try:
+            lines = (self._dir(uid) / "history.jsonl").read_text(encoding="utf-8").splitlines()
+        except (FileNotFoundError, ValueError):
+            return []
+        moves = []
+        for line in lines:
+            try:
+                moves.append(json.loads(line))
+            except ValueError:
+                continue
+        return moves

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
+from bridge.errors import AlreadyRan, BackendUnavailable, BridgeError, InvalidSpec
 
 if TYPE_CHECKING:
     from bridge.adapters.base import Adapter, Artifact, JobRef, JobStatus
@@ -274,6 +274,13 @@ class Prepared:
     plan: LaunchPlan
     artifact: Artifact
     notes: tuple[str, ...] = ()
+    #: the runtime and the TrainJob as they ran (uid set): kept at submit, so ``migrate`` can run it elsewhere
+    objects: tuple = ()
+
+    def definition(self) -> str:
+        from bridge.api.loader import to_yaml
+
+        return to_yaml(list(self.objects)) if self.objects else ""
 
 
 def prepare(source: Input, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
@@ -339,7 +346,8 @@ def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
                               f"takes batch scripts (sbatch, here or over ssh); cluster {target.name} is "
                               f"{target.spec.type}" + (" over slurmrestd" if target.spec.type == "slurm" else ""))
     adapter.check_options(plan)
-    return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes))
+    ran = trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"uid": plan.uid})})
+    return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran))
 
 
 def _workdir_relative_to_file(trainjob: TrainJob, path: str | None, key: str) -> TrainJob:
@@ -394,7 +402,7 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     adapter = batch[0].adapter
     if any(p.adapter is not adapter for p in batch):
         raise ValueError("submit_many takes plans for one cluster (one adapter)")
-    from bridge.records import Records, Submission, now
+    from bridge.records import JobStore, Records, Submission, now
 
     records = Records(adapter.cluster.name)
     results: dict[str, Submitted] = {}
@@ -428,6 +436,8 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
             ref = adapter.submit(prepared.artifact)
             plan = prepared.plan
             records.add([Submission(plan.uid, ref.job_id, plan.name, plan.namespace, now())])
+            if prepared.objects:
+                JobStore().keep_definition(plan.uid, prepared.definition())
             results[plan.uid] = Submitted(ref, False)
         return [results[p.plan.uid] for p in batch]
 
@@ -526,6 +536,97 @@ def cancel(adapter: Adapter, job_ids: Sequence[str], signal: str | None = None, 
         raise InvalidSpec("--grace", grace_seconds, "must not be negative")
     for ref in job_refs(adapter, job_ids):
         retry.call(lambda ref=ref: adapter.cancel(ref, signal=name, grace_seconds=grace_seconds))
+
+
+#: where a migrated job finds the checkpoint to resume from, and the annotation that declares it
+RESUME_ENV = "HPCBRIDGE_RESUME_FROM"
+CHECKPOINT_ANNOTATION = "hpcbridge.io/checkpoint-dir"
+
+
+def parse_stop_signal(text: str) -> tuple[str, float]:
+    """``USR1@60`` (Slurm's --signal spelling: the signal, then the seconds it gets before the hard stop) →
+    ("USR1", 60.0); a bare signal gets 30 s."""
+    from bridge.adapters.base import signal_name
+
+    name, _, grace = text.partition("@")
+    if grace and not grace.isdigit():
+        raise InvalidSpec("--signal", text, "write SIGNAL@SECONDS, e.g. USR1@60")
+    return signal_name(name) or "TERM", float(grace) if grace else 30.0
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A job moved: where it ran, how it ended there, and where it runs now."""
+
+    source: JobStatus
+    submitted: Submitted
+    prepared: Prepared
+    move: dict
+
+
+def migrate(adapter: Adapter, job_id: str, target: str, *, signal: str = "TERM", grace_seconds: float = 30.0,
+            reason: str = "", configured: Mapping[str, BridgeCluster] | None = None, wait_seconds: float = 300.0,
+            retry: Retry = NO_RETRY, clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> Moved:
+    """Stop job *job_id* (*signal*, then the hard stop after *grace_seconds*), wait until it has ended, and run
+    its TrainJob again on cluster *target* with HPCBRIDGE_RESUME_FROM set to its declared checkpoint directory
+    (annotation hpcbridge.io/checkpoint-dir); the move goes into the job's history. The job keeps its uid."""
+    from bridge.records import JobStore, now
+
+    (ref,) = job_refs(adapter, [job_id])
+    store = JobStore()
+    text = store.definition(ref.uid) if ref.uid else None
+    if text is None:
+        raise InvalidSpec("JOB", job_id, f"no definition of this job on this machine (cluster {adapter.cluster.name}): "
+                                         "only jobs submitted from here with this hpc-bridge can be moved")
+    source = read_input("-", stdin=_with_resume_env(text, job_id))
+    prepared = prepare(source, cluster=target, configured=configured)  # refused here: nothing was stopped yet
+    if prepared.plan.cluster == adapter.cluster.name:
+        raise InvalidSpec("--to", target, f"job {job_id} already runs on cluster {target}")
+    status = retry.call(lambda: adapter.poll([ref])[ref])
+    stopped_by = None
+    if not status.state.finished and status.state.value != "Unknown":
+        from bridge.adapters.base import signal_name
+
+        stopped_by = signal_name(signal)
+        retry.call(lambda: adapter.cancel(ref, signal=stopped_by, grace_seconds=grace_seconds))
+        deadline = clock() + wait_seconds
+        while not status.state.finished:
+            if clock() > deadline:
+                raise BackendUnavailable(adapter.backend, f"job {job_id} still {status.state.value} "
+                                         f"{wait_seconds:g}s after SIG{stopped_by}: not moved; try again")
+            sleep(0.5)
+            status = retry.call(lambda: adapter.poll([ref])[ref])
+    submitted = submit(prepared, if_finished="rerun", retry=retry)
+    move = {"at": now(), "from": {"cluster": adapter.cluster.name, "job": job_id, "state": status.state.value,
+                                  "exitCode": status.exit_code},
+            "to": {"cluster": prepared.plan.cluster, "job": submitted.ref.job_id},
+            "signal": f"SIG{stopped_by}" if stopped_by else None, "reason": reason or None}
+    store.add_move(ref.uid, move)
+    return Moved(status, submitted, prepared, move)
+
+
+def _with_resume_env(text: str, job_id: str) -> str:
+    """The stored definition with HPCBRIDGE_RESUME_FROM in the trainer's environment."""
+    import yaml
+
+    documents = list(yaml.safe_load_all(text))
+    trainjob = next(doc for doc in documents if doc.get("kind") == "TrainJob")
+    checkpoint = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(CHECKPOINT_ANNOTATION)
+    if not checkpoint:
+        raise InvalidSpec(f"metadata.annotations[{CHECKPOINT_ANNOTATION}]", None,
+                          f"job {job_id} declares no checkpoint directory to resume from; a moved job would start "
+                          "over")
+    trainer = trainjob.setdefault("spec", {}).setdefault("trainer", {})
+    env = [entry for entry in trainer.get("env") or [] if entry.get("name") != RESUME_ENV]
+    trainer["env"] = [*env, {"name": RESUME_ENV, "value": checkpoint}]
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def history(uid: str) -> list[dict]:
+    from bridge.records import JobStore
+
+    return JobStore().history(uid) if uid else []
 
 
 def stop_and_remove(adapter: Adapter, ref: JobRef, retry: Retry = NO_RETRY) -> None:

@@ -156,7 +156,10 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
 
 #: set in a peer's sshd sessions: the file that releases that peer (rank 0's fallback to the release port)
 RELEASE_ENV = "HPCBRIDGE_RELEASE_FILE"
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: passed on to the launcher's group: the stop signals, and the ones jobs checkpoint on (cancel --signal USR1,
+#: migrate --signal USR1@60), which would otherwise end this process and orphan the training
+_FORWARDED = (*_STOPPING, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Child:
@@ -311,7 +314,7 @@ def serve_peer(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workd
     config = ssh.write_sshd_config(keys, Path(workdir), spec.ssh_port, {RELEASE_ENV: marker})
     log = Path(workdir) / "sshd.log"
     stopping: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum)) for sig in _FORWARDED}
+    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum)) for sig in _STOPPING}
     sshd = listener = None
     try:
         sshd = start_sshd(config, log)
