@@ -742,7 +742,8 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
 # --- annotations → backend options ---------------------------------------------------------------------
 
 _KNOBS = ("partition", "account", "qos", "constraint", "exclusive", "array", "dependency", "output", "error",
-          "workdir", "cluster", "migrate-to", "checkpoint-dir", "slurm-job-name", "slurm-gpus")
+          "workdir", "cluster", "migrate-to", "migrate-signal", "migrate-reason", "checkpoint-dir", "slurm-job-name",
+          "slurm-gpus")
 #: how a converted batch script spelled its GPU request (``gres=gpu:2``): Slurm re-emits it, since
 #: Slurm's job environment differs by spelling (SLURM_GPUS_PER_NODE); other backends read the count
 SLURM_GPU_OPTIONS = ("gres", "gpus", "gpus-per-node")

@@ -1,10 +1,10 @@
 """A backend job's state as TrainJob status conditions: Kubeflow's own types (Suspended, Complete, Failed, with
-the backend's reason) and three of ours (Submitted, Running, BackendUnavailable). Pure functions: no kopf, no
+the backend's reason) and four of ours (Submitted, Running, BackendUnavailable, Migrated). Pure functions: no kopf, no
 API calls.
 
 Kubeflow's printer column shows the last condition's type, so a condition that turns True moves to the end
 of the list and one that turns False to the front; one that only changes reason or message keeps its place. At most 8 conditions (the CRD's limit);
-there are 6 types.
+there are 7 types.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 SUBMITTED, RUNNING, BACKEND_UNAVAILABLE = "Submitted", "Running", "BackendUnavailable"
 SUSPENDED, COMPLETE, FAILED = "Suspended", "Complete", "Failed"
+#: the TrainJob moved to another cluster (hpcbridge.io/migrate-to); its message says from where and why
+MIGRATED = "Migrated"
 #: what a TrainJob's final state is read from (Kubeflow: IsTrainJobFinished)
 FINISHED_TYPES = (COMPLETE, FAILED)
 _MAX_MESSAGE = 32768  # metav1.Condition.message

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 import kopf
 
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
-from bridge.operator.reconciler import OPERATOR_PREFIX, Permanent, Reconciler, Temporary, Timing
+from bridge.operator.reconciler import (
+    MIGRATE_ANNOTATION,
+    OPERATOR_PREFIX,
+    Permanent,
+    Reconciler,
+    Temporary,
+    Timing,
+)
 from bridge.plan import CLUSTER_ANNOTATION, MANAGED_BY_BRIDGE
 
 FINALIZER = "hpcbridge.io/finalizer"
@@ -93,6 +100,15 @@ def _suspend(body, old, new, reason, patch, **_) -> None:
     if reason != "update" or bool(old) == bool(new):
         return  # created (suspended or not) is the create handler's
     _call(_reconciler.suspend if new else _reconciler.run, dict(body), patch)
+
+
+@kopf.on.field(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="migrate",
+               field=("metadata", "annotations", MIGRATE_ANNOTATION), when=_ours)
+def _migrate(body, new, reason, patch, **_) -> None:
+    assert _reconciler is not None
+    if reason != "update" or not new:
+        return  # created with it: the create handler runs the TrainJob where it names
+    _call(_reconciler.migrate, dict(body), patch)
 
 
 @kopf.on.delete(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="delete", when=_ours)

@@ -20,7 +20,7 @@ from bridge import service
 from bridge.errors import BackendRejected, BridgeError, InvalidSpec
 from bridge.operator import conditions as cond
 from bridge.operator.metrics import Metrics
-from bridge.plan import MANAGED_BY_BRIDGE
+from bridge.plan import CLUSTER_ANNOTATION, MANAGED_BY_BRIDGE
 
 log = logging.getLogger("hpcbridge.operator")
 
@@ -30,6 +30,12 @@ OPERATOR_PREFIX = "operator.hpcbridge.io/"
 #: where the TrainJob records its backend job, so a restarted operator, `kubectl` and the CLI find it
 JOB_ID_ANNOTATION = f"{OPERATOR_PREFIX}job-id"
 JOB_CLUSTER_ANNOTATION = f"{OPERATOR_PREFIX}job-cluster"
+#: every move of the TrainJob between clusters, a JSON list (hpcbridge migrate's history entries)
+HISTORY_ANNOTATION = f"{OPERATOR_PREFIX}history"
+#: what a user sets to move a running TrainJob: the target cluster, and optionally the stop signal and why
+MIGRATE_ANNOTATION = "hpcbridge.io/migrate-to"
+MIGRATE_SIGNAL_ANNOTATION = "hpcbridge.io/migrate-signal"
+MIGRATE_REASON_ANNOTATION = "hpcbridge.io/migrate-reason"
 
 
 class Permanent(Exception):
@@ -462,6 +468,74 @@ class Reconciler:
             return
         with item.lock:  # after a write of the sync loop still in flight, on top of what it wrote
             self._standalone_change(item, changes)
+
+    def migrate(self, body: dict) -> dict[str, str | None]:
+        """``hpcbridge.io/migrate-to`` set on a running TrainJob: as ``hpcbridge migrate`` does — the target
+        must take it (else a Warning event, and it runs on where it is), the backend job is stopped with
+        ``hpcbridge.io/migrate-signal`` (default TERM@30) and has ended, the TrainJob runs on the target with
+        HPCBRIDGE_RESUME_FROM. Returns the annotations to write: the new job, the TrainJob's cluster (so a
+        restarted operator follows it there), the history, and migrate-to removed."""
+        import copy
+        import json
+
+        from bridge.api.loader import parse_object
+        from bridge.operator.kube import _clean
+
+        meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        annotations = meta.get("annotations") or {}
+        target = annotations.get(MIGRATE_ANNOTATION)
+        job_id, cluster = annotations.get(JOB_ID_ANNOTATION), annotations.get(JOB_CLUSTER_ANNOTATION)
+        current = list((body.get("status") or {}).get("conditions") or [])
+        done: dict[str, str | None] = {MIGRATE_ANNOTATION: None}
+        if not target or target == cluster or cond.finished(current):
+            return done  # nothing runs elsewhere to move (a finished TrainJob stays as it ended)
+        if not job_id or spec.get("suspend"):
+            return {**done, CLUSTER_ANNOTATION: target}  # not running: it runs on the target when it runs
+        try:
+            signal, grace = service.parse_stop_signal(annotations.get(MIGRATE_SIGNAL_ANNOTATION) or "TERM@30")
+            doc = copy.deepcopy(_clean(body))
+            doc["metadata"].setdefault("annotations", {})[CLUSTER_ANNOTATION] = target
+            service.add_resume_env(doc, job_id)
+            trainjob = parse_object(doc, f"TrainJob {namespace}/{name}")
+            ref_spec = trainjob.spec.runtime_ref
+            runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
+            source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
+                                   f"TrainJob {namespace}/{name}", None)
+            prepared = service.prepare(source, cluster=target, configured=self.api.clusters(),
+                                       adapter_for=self._adapter)
+        except InvalidSpec as exc:  # refused before anything stopped: it runs on where it is
+            self.api.event(namespace, name, uid, "MigrationRefused", str(exc), warning=True)
+            return done
+        item = None
+        for sync in list(self.syncs.values()):
+            item = sync.forget(uid) or item
+        item = item or Tracked(namespace, name, uid, None, current, meta.get("generation"))
+        try:
+            source_sync = self._sync(cluster, None)
+            ref = service.job_ref(source_sync.adapter, job_id, uid, name, namespace)
+            status, stopped_by = service.stop_to_move(source_sync.adapter, ref, signal, grace, retry=self.retry)
+            submitted = self._submitter(target).submit(prepared, "rerun")
+        except BridgeError as exc:
+            if exc.retryable:
+                raise Temporary(str(exc), self.timing.outage_retry) from None
+            self.api.event(namespace, name, uid, "MigrationFailed", str(exc), warning=True)
+            raise Permanent(str(exc)) from None
+        move = service.move_record(status, stopped_by, target, submitted.ref.job_id,
+                                   annotations.get(MIGRATE_REASON_ANNOTATION) or "")
+        history = [*json.loads(annotations.get(HISTORY_ANNOTATION) or "[]"), move]
+        how = f" after {move['signal']}" if move["signal"] else ""
+        why = f": {move['reason']}" if move["reason"] else ""
+        message = (f"moved from {cluster} job {job_id} ({status.state.value}{how}) to {target} job "
+                   f"{submitted.ref.job_id}{why}")
+        job = f"{prepared.adapter.backend} job {submitted.ref.job_id} on cluster {target}"
+        item.ref = submitted.ref
+        item.pending = [cond.Change(cond.MIGRATED, True, "Migrated", message),
+                        cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}")]
+        self._sync(target, prepared.adapter).track(item)
+        self.api.event(namespace, name, uid, "Migrated", message)
+        return {**done, JOB_ID_ANNOTATION: submitted.ref.job_id, JOB_CLUSTER_ANNOTATION: target,
+                CLUSTER_ANNOTATION: target, HISTORY_ANNOTATION: json.dumps(history, sort_keys=True)}
 
     def delete(self, body: dict) -> None:
         """A TrainJob being deleted: its backend job is cancelled and what was created is removed."""

@@ -56,6 +56,31 @@ class Engine:
         return service.prepare(source, cluster=self.cluster.name, configured={self.cluster.name: self.cluster})
 
 
+def pod_namespace(core, prefix: str) -> str:
+    """A fresh namespace where pods can be created: once its default ServiceAccount exists, they are admitted."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    for _ in range(600):
+        if core.list_namespaced_service_account(namespace).items:
+            break
+        time.sleep(0.1)
+    return namespace
+
+
+def movable_runtime(shared, image: str, kind: str = "ClusterTrainingRuntime") -> dict:
+    """A one-node runtime whose pods mount *shared* (a host directory) at the same path: a checkpoint directory
+    that Slurm's and Flux's jobs on this machine and the pods see alike (hpcbridge migrate's tests)."""
+    mount = {"name": "shared", "mountPath": str(shared)}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind, "metadata": {"name": "movable"},
+            "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+                "name": "node", "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"backoffLimit": 0, "template": {"spec": {
+                        "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+                        "containers": [{"name": "node", "image": image, "volumeMounts": [mount]}],
+                        "volumes": [{"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}]}}}}}]}}}}
+
+
 def cluster_entry(name: str, spec: dict) -> BridgeCluster:
     return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                          "metadata": {"name": name}, "spec": spec})
@@ -102,13 +127,8 @@ def engine(request, tmp_path, monkeypatch) -> Iterator[Engine]:
         from kubernetes import client
 
         api = real.api_client()
-        namespace = f"conformance-{uuid.uuid4().hex[:8]}"
         core = client.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": namespace}})
-        for _ in range(600):  # pods are admitted once the namespace's default ServiceAccount exists
-            if core.list_namespaced_service_account(namespace).items:
-                break
-            time.sleep(0.1)
+        namespace = pod_namespace(core, "conformance")
         try:
             yield Engine("kubernetes-real", cluster_entry("conformance-k8s-real", {
                 "type": "kubernetes", "kubernetes": {

@@ -10,13 +10,12 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.engines import LAUNCH
+from tests.integration.engines import LAUNCH, movable_runtime, pod_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.kubernetes]
 
@@ -28,14 +27,9 @@ STEPS = 60
 def setup(slurm_cluster, real_kube, tmp_path, request):
     from kubernetes import client
 
-    namespace = f"migrate-{uuid.uuid4().hex[:8]}"
     api = real_kube.api_client()
     core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": namespace}})
-    for _ in range(600):  # pods are admitted once the namespace's default ServiceAccount exists
-        if core.list_namespaced_service_account(namespace).items:
-            break
-        time.sleep(0.1)
+    namespace = pod_namespace(core, "migrate")
     clusters = [
         {"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "hpc"},
          "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
@@ -65,16 +59,7 @@ def trainjob(shared: Path, declares_checkpoint: bool = True, name: str = "moving
     script = shared / "checkpointed_train.py"
     shutil.copy(ROOT / "examples" / "checkpointed_train.py", script)
     checkpoint = shared / "checkpoint"
-    mount = {"name": "shared", "mountPath": str(shared)}
-    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-               "metadata": {"name": "movable"}, "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {
-                   "replicatedJobs": [{"name": "node", "template": {
-                       "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                       "spec": {"backoffLimit": 0, "template": {"spec": {
-                           "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
-                           "containers": [{"name": "node", "image": "busybox:1.36", "volumeMounts": [mount]}],
-                           "volumes": [{"name": "shared", "hostPath": {"path": str(shared),
-                                                                       "type": "Directory"}}]}}}}}]}}}}
+    runtime = movable_runtime(shared, "busybox:1.36")
     job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
            "metadata": {"name": name, "annotations": {
                "hpcbridge.io/workdir": str(shared),

@@ -252,3 +252,42 @@ def test_a_journal_event_wakes_the_loop_and_a_lagging_listing_is_polled_again_so
     finally:
         sync.stop()
         sync.thread.join(timeout=5)
+
+
+def test_migrate_to_on_a_trainjob_with_nothing_running_elsewhere_moves_nothing() -> None:
+    """hpcbridge.io/migrate-to is honoured only for a TrainJob running on another cluster; otherwise the
+    annotation is taken off (finished: it stays as it ended; not yet running: it runs on the target when it
+    does), and a target that would refuse it leaves it running where it is, with a Warning event."""
+    from bridge.operator.reconciler import Reconciler
+
+    class Api(FakeApi):
+        def clusters(self):
+            from bridge.api.cluster import BridgeCluster
+
+            return {name: BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                                        "metadata": {"name": name}, "spec": {"type": "slurm"}})
+                    for name in ("a", "b")}
+
+        def runtime(self, namespace, kind, name):
+            return None
+
+    reconciler = Reconciler(Api())
+
+    def body(annotations: dict, conditions=(), suspend=False) -> dict:
+        return {"metadata": {"name": "t", "namespace": "ns", "uid": "0b4c1f7e-0000-4000-8000-000000000001",
+                             "annotations": annotations},
+                "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": suspend,
+                         "trainer": {"command": ["train"]}},
+                "status": {"conditions": list(conditions)}}
+
+    running = {"operator.hpcbridge.io/job-id": "7", "operator.hpcbridge.io/job-cluster": "a"}
+    remove = {"hpcbridge.io/migrate-to": None}
+    assert reconciler.migrate(body({**running, "hpcbridge.io/migrate-to": "a"})) == remove
+    complete = [{"type": "Complete", "status": "True", "reason": "Succeeded", "message": ""}]
+    assert reconciler.migrate(body({**running, "hpcbridge.io/migrate-to": "b"}, complete)) == remove
+    assert reconciler.migrate(body({"hpcbridge.io/migrate-to": "b"})) == {**remove, "hpcbridge.io/cluster": "b"}
+    assert reconciler.migrate(body({**running, "hpcbridge.io/migrate-to": "b"}, suspend=True)) == \
+        {**remove, "hpcbridge.io/cluster": "b"}
+    # no checkpoint directory declared: refused before anything is stopped
+    assert reconciler.migrate(body({**running, "hpcbridge.io/migrate-to": "b"})) == remove
+    assert reconciler.api.events == [("t", "MigrationRefused", True)]

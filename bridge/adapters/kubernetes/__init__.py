@@ -416,11 +416,21 @@ class KubernetesAdapter(Adapter):
         try:
             return self._core().read_namespaced_pod_log(pod, namespace, container="node")
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and self._pod_gone(pod, namespace):
                 return None
             raise translate(exc, "read log") from None
         except CLIENT_ERRORS as exc:
             raise translate(exc, "read log") from None
+
+    def _pod_gone(self, pod: str, namespace: str) -> bool:
+        """Whether *pod* no longer exists (a 404 for its log can also mean the node serves no logs: kwok)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core().read_namespaced_pod(pod, namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
 
     def _follow(self, ref: JobRef, namespace: str, name: str, interval: float = 1.0) -> Iterator[str]:
         """Every pod's log as it comes, line by line, until the job has ended and every stream with it. Pods

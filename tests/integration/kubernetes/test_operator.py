@@ -640,3 +640,58 @@ def test_the_kubeflow_sdk_runs_a_trainjob_on_slurm_and_follows_it(operator, sdk_
     time.sleep(3)
     untouched = operator.get(ns, "not-ours")
     assert not (untouched.get("status") or {}).get("conditions") and not untouched["metadata"].get("finalizers")
+
+
+def test_migrate_to_moves_a_running_trainjob_from_slurm_to_pods_where_it_resumes(operator, tmp_path) -> None:
+    """``hpcbridge.io/migrate-to: pods`` on a TrainJob running on Slurm, as a user annotates it: the Slurm job
+    gets SIGUSR1 (``hpcbridge.io/migrate-signal``) and checkpoints, the TrainJob runs on as a JobSet whose pods
+    resume from the shared checkpoint directory (a hostPath, the same path as on the Slurm nodes), every step
+    runs once, and the TrainJob's status and annotations say where it ran and why it moved."""
+    import json
+    import shutil
+
+    from kubernetes.client.exceptions import ApiException
+
+    ns = operator.namespace()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shutil.copy(ROOT / "examples" / "checkpointed_train.py", shared / "train.py")
+    from tests.integration.engines import movable_runtime
+
+    runtime = movable_runtime(shared, "hpcbridge.test/plain", kind="TrainingRuntime")
+    try:
+        operator.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingruntimes", runtime)
+    except ApiException as exc:
+        assert exc.status == 409, exc.body
+    checkpoint = shared / "checkpoint"
+    operator.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
+        "metadata": {"name": "mover", "annotations": {"hpcbridge.io/cluster": "slurm",
+                                                      "hpcbridge.io/workdir": str(shared),
+                                                      "hpcbridge.io/checkpoint-dir": str(checkpoint)}},
+        "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "movable", "kind": "TrainingRuntime"},
+                 "trainer": {"command": ["python3", str(shared / "train.py"), str(checkpoint), "40", "0.5"]}}})
+    first = operator.until(ns, "mover", is_true("Running"))["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+    log = checkpoint / "steps.log"
+    for _ in range(1200):  # a few steps on Slurm first (a bound on the wait, not a timing assertion)
+        if log.exists() and len(log.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.1)
+    operator.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "mover", {"metadata": {
+        "annotations": {"hpcbridge.io/migrate-to": "pods", "hpcbridge.io/migrate-signal": "USR1@60",
+                        "hpcbridge.io/migrate-reason": "slurm drains"}}})
+    done = operator.until(ns, "mover", lambda o: is_true("Complete")(o) and o["metadata"]["annotations"].get(
+        "operator.hpcbridge.io/job-cluster") == "pods", timeout=300)
+    annotations = done["metadata"]["annotations"]
+    assert annotations["operator.hpcbridge.io/job-id"] == f"{ns}/mover"
+    assert annotations["hpcbridge.io/cluster"] == "pods" and "hpcbridge.io/migrate-to" not in annotations
+    (move,) = json.loads(annotations["operator.hpcbridge.io/history"])
+    assert move["from"] == {"cluster": "slurm", "job": first, "state": "Succeeded", "exitCode": 0}
+    assert (move["signal"], move["reason"], move["to"]["cluster"]) == ("SIGUSR1", "slurm drains", "pods")
+    migrated = condition(done, "Migrated")
+    assert migrated["status"] == "True" and migrated["message"] == (
+        f"moved from slurm job {first} (Succeeded after SIGUSR1) to pods job {ns}/mover: slurm drains")
+    steps = [line.split() for line in log.read_text().splitlines()]
+    assert [int(number) for number, _ in steps] == list(range(1, 41))  # every step, once
+    assert steps[0][1] == "slurm" and steps[-1][1] == "pods"
+    assert operator.slurm_state(first) == "COMPLETED"
