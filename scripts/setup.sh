@@ -48,5 +48,7 @@ if [ "$all" = 1 ]; then
   "${pip[@]}" "${editable[@]}" -e '.[dev]'
   # torch from PyPI; the examples and tests use it on CPU with the gloo backend
   "$venv/bin/python" -c 'import torch' 2>/dev/null || "${pip[@]}" torch numpy
+  # jax (CPU) for the JAX example and its tests on the jax-distributed runtime
+  "$venv/bin/python" -c 'import jax' 2>/dev/null || "${pip[@]}" 'jax[cpu]'
 fi
 echo "setup: ready ($("$venv/bin/hpcbridge" --help >/dev/null && echo "hpcbridge $("$venv/bin/python" -c 'import bridge; print(bridge.__version__)')"))" >&2

@@ -42,7 +42,7 @@ from bridge.adapters.base import (
 )
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected
-from bridge.mpi.bootstrap import LaunchSpec
+from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
     MPI_LAUNCHERS,
     ONCE_PER_JOB,
@@ -86,6 +86,7 @@ def layout(plan: LaunchPlan) -> list[LocalProcess]:
             forward_env=tuple(entry.name for entry in plan.env) if plan.launcher in MPI_LAUNCHERS else (),
             rdzv_port=plan.rdzv_port,
             job_id=plan.uid,
+            framework=launch_framework(plan.framework),
         )
         env = tuple((entry.name, entry.value or "") for entry in plan.env)
         processes.append(LocalProcess(node, (*plan.launch_command, *spec.to_args()), env))

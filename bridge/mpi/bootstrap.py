@@ -27,12 +27,19 @@ from bridge.mpi import discovery, launchers, ssh
 from bridge.mpi.hostfile import Peer, hostfile_for
 
 LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux", "script")
+#: frameworks whose processes get their coordinates from the launch (as Kubeflow's plugins give a pod them)
+FRAMEWORKS = ("", "jax")
+
+
+def launch_framework(framework: str) -> str:
+    """The plan's framework as ``--framework`` takes it: "" for those the launch gives nothing of their own."""
+    return framework if framework in FRAMEWORKS else ""
 MPI = ("openmpi", "mpich", "intel")
 
 
 _SPEC_DEFAULTS = {"nodes": None, "forward_env": (), "hosts": (), "node_rank": None, "hostfile": None,
                   "rdzv_port": 29500, "job_id": "", "ssh_dir": None, "ssh_port": ssh.DEFAULT_PORT,
-                  "wait_timeout": 120.0, "extra_env": None, "leader": None}
+                  "wait_timeout": 120.0, "extra_env": None, "leader": None, "framework": ""}
 
 
 class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_node", "command", *_SPEC_DEFAULTS],
@@ -60,6 +67,7 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
     wait_timeout: float
     extra_env: Mapping[str, str]
     leader: str | None
+    framework: str
 
     def __new__(cls, *args, **kwargs) -> LaunchSpec:
         self = super().__new__(cls, *args, **kwargs)
@@ -71,6 +79,8 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
             raise InvalidSpec("--procs-per-node", self.procs_per_node, "must be at least 1")
         if not self.command:
             raise InvalidSpec("command", None, "nothing to launch: give the command after --")
+        if self.framework not in FRAMEWORKS:
+            raise InvalidSpec("--framework", self.framework, f"use one of {', '.join(f for f in FRAMEWORKS if f)}")
         return self if self.extra_env is not None else self._replace(extra_env={})
 
     def to_args(self) -> list[str]:
@@ -86,7 +96,9 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
             args += ["--hostfile", self.hostfile]
         if self.leader:
             args += ["--leader", self.leader]
-        if self.launcher == "torchrun":
+        if self.framework:
+            args += ["--framework", self.framework]
+        if self.launcher == "torchrun" or self.framework:
             args += ["--rdzv-port", str(self.rdzv_port)]
         if self.job_id:
             args += ["--job-id", self.job_id]
@@ -139,6 +151,8 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
     env.update(spec.extra_env)
     if spec.launcher == "torchrun" and launchers.calls_torchrun(spec.command):
         env.update(launchers.torch_env(topology, spec.rdzv_port))
+    if spec.framework == "jax":
+        env.update(launchers.jax_env(topology, spec.rdzv_port, env.get("CUDA_VISIBLE_DEVICES")))
     roles = env.get(launchers.TF_ROLES_ENV)
     if roles:
         env["TF_CONFIG"] = launchers.tf_config(roles, topology, int(env.get(launchers.TF_PORT_ENV) or

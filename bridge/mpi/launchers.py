@@ -100,6 +100,19 @@ def torch_env(topology: Topology, port: int) -> dict[str, str]:
     }
 
 
+def jax_env(topology: Topology, port: int, visible_devices: str | None) -> dict[str, str]:
+    """What Kubeflow's JAX plugin gives each pod, for this node's one process: the process count, its id and
+    the coordinator (node 0, the plan's port); a script passes them to ``jax.distributed.initialize`` (which
+    does not read the first two itself). With GPUs visible, JAX_LOCAL_DEVICE_IDS names all of them, else
+    JAX's own Slurm/Open MPI detection would give each process its local rank's GPU only."""
+    env = {"JAX_NUM_PROCESSES": str(len(topology.hosts)), "JAX_PROCESS_ID": str(topology.rank),
+           "JAX_COORDINATOR_ADDRESS": f"{topology.master}:{port}"}
+    devices = [item for item in (visible_devices or "").split(",") if item.strip()]
+    if devices:
+        env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(index) for index in range(len(devices)))
+    return env
+
+
 #: the port of node 0's TensorFlow server; node N listens on this + N (nodes of the local cluster share a host)
 TF_PORT_ENV = "HPCBRIDGE_TF_PORT"
 TF_DEFAULT_PORT = 2223

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,8 @@ from bridge.errors import BackendRejected, InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
 from bridge.mpi.bootstrap import LaunchSpec, launch_argv
 from bridge.mpi.hostfile import Peer, hydra_hostfile, openmpi_hostfile
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SLURM_ENV = {  # recorded inside `sbatch -N3 --ntasks-per-node=2` on the test cluster
     "SLURM_JOB_ID": "17", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "3",
@@ -400,3 +404,32 @@ def test_spawned_processes_report_like_popen(tmp_path) -> None:
     script.write_text("#!/bin/sh\n")
     with pytest.raises(PermissionError):
         Process([str(script)])
+
+
+def test_jax_processes_get_kubeflows_coordinates_and_every_visible_gpu() -> None:
+    from bridge.mpi import bootstrap
+    from bridge.mpi.discovery import Topology
+
+    spec = bootstrap.LaunchSpec(launcher="plain", discovery="slurm", procs_per_node=1, command=("python3", "t.py"),
+                                nodes=2, rdzv_port=29500, framework="jax")
+    assert spec.to_args()[:12] == ["--launcher", "plain", "--discovery", "slurm", "--procs-per-node", "1",
+                                   "--nodes", "2", "--framework", "jax", "--rdzv-port", "29500"]
+    second = Topology(("node-0", "node-1"), 1, 1)
+    env = bootstrap.child_env(spec, {"CUDA_VISIBLE_DEVICES": "2,3"}, second)
+    assert {k: v for k, v in env.items() if k.startswith("JAX_")} == {
+        "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1", "JAX_COORDINATOR_ADDRESS": "node-0:29500",
+        "JAX_LOCAL_DEVICE_IDS": "0,1"}  # ordinals after CUDA_VISIBLE_DEVICES, not the physical ids
+    assert "JAX_LOCAL_DEVICE_IDS" not in bootstrap.child_env(spec, {}, second)
+    assert not any(k.startswith("JAX_") for k in bootstrap.child_env(spec._replace(framework=""), {}, second))
+    with pytest.raises(InvalidSpec, match="--framework"):
+        bootstrap.LaunchSpec(launcher="plain", discovery="slurm", procs_per_node=1, command=("x",), framework="tf")
+
+
+def test_a_jax_runtime_renders_its_coordinates_on_every_hpc_backend() -> None:
+    from bridge import service
+
+    for backend in ("slurm", "flux", "local"):
+        prepared = service.render(str(ROOT / "examples" / "jax-allgather.yaml"), to=backend)
+        assert (prepared.plan.framework, prepared.plan.nodes) == ("jax", 2)
+        # the launch arguments as each artifact spells them: a script line, a jobspec string, a YAML list
+        assert re.search(r"--framework\W+jax\W+--rdzv-port\W+29500", prepared.artifact.text()), backend

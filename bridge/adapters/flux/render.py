@@ -12,7 +12,7 @@ from typing import Any
 from bridge import __version__
 from bridge.adapters.flux.validate import validate_jobspec
 from bridge.errors import InvalidSpec
-from bridge.mpi.bootstrap import LaunchSpec
+from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
     ACCOUNT_ENV_LINE,
     MPI_LAUNCHERS,
@@ -38,6 +38,7 @@ def batch_script(plan: LaunchPlan) -> str:
         command=plan.exec_argv,
         rdzv_port=plan.rdzv_port,
         job_id=plan.uid,
+        framework=launch_framework(plan.framework),
     )
     launch = join([*plan.launch_command, *spec.to_args()])
     lines = [

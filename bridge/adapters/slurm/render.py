@@ -13,7 +13,7 @@ from bridge import __version__
 from bridge.api.names import has_control
 from bridge.convert.sbatch.values import slurm_time
 from bridge.errors import InvalidSpec
-from bridge.mpi.bootstrap import LaunchSpec
+from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
     ACCOUNT_ENV_LINE,
     MPI_LAUNCHERS,
@@ -191,6 +191,7 @@ def launch_spec(plan: LaunchPlan) -> LaunchSpec:
         forward_env=tuple(entry.name for entry in plan.env) if plan.launcher in MPI_LAUNCHERS else (),
         rdzv_port=plan.rdzv_port,
         job_id=plan.uid,
+        framework=launch_framework(plan.framework),
     )
 
 
