@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +41,7 @@ from bridge.adapters.base import (
     NodeNeed,
 )
 from bridge.api.loader import dump_yaml
-from bridge.errors import BackendRejected
+from bridge.errors import BackendRejected, InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
     MPI_LAUNCHERS,
@@ -61,6 +61,48 @@ GRACE_SECONDS = 10.0
 _LEAKED_PREFIXES = ("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE",
                     "OMPI_MCA_ess", "OMPI_MCA_orte_ess", "OMPI_MCA_pmix", "OMPI_FILE_LOCATION", "OMPI_APP_CTX",
                     "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX", "HYDRA_", "MPIR_", "FLUX_JOB_", "FLUX_TASK_")
+
+
+def machine_gpus(cluster_gpus: Sequence[str] | None, env: Mapping[str, str],
+                 run: Callable[[list[str]], str | None] | None = None,
+                 proc_dir: str = "/proc/driver/nvidia/gpus") -> tuple[list[str], str]:
+    """The GPUs this machine lends the local cluster's nodes, and where that came from: the cluster entry's
+    ``gpus``, else an inherited CUDA_VISIBLE_DEVICES (a job inside an allocation lends only what it was given),
+    else ``nvidia-smi -L``, else /proc/driver/nvidia/gpus; none when none of them says any."""
+    if cluster_gpus is not None:
+        return list(cluster_gpus), "the cluster's gpus"
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return [d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()], "CUDA_VISIBLE_DEVICES"
+    listing = (run or _nvidia_smi)(["nvidia-smi", "-L"])
+    if listing is not None:
+        found = [line.split(":", 1)[0].split()[1] for line in listing.splitlines() if line.startswith("GPU ")]
+        return found, "nvidia-smi -L"
+    try:
+        return [str(index) for index in range(len(os.listdir(proc_dir)))], proc_dir
+    except OSError:
+        return [], "no NVIDIA GPU found (nvidia-smi, /proc/driver/nvidia)"
+
+
+def _nvidia_smi(argv: list[str]) -> str | None:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
+def gpu_slices(plan: LaunchPlan, gpus: Sequence[str], source: str) -> list[str] | None:
+    """Each emulated node's own GPUs, as Slurm's gres gives a node its devices: node i the i-th slice of
+    *gpus* (None: the plan asks for none, and when the machine has GPUs its nodes see none). A plan that needs
+    more than the machine has is refused before anything starts."""
+    per_node = plan.resources.gpus
+    if not per_node:
+        return None
+    needed = plan.nodes * per_node
+    if needed > len(gpus):
+        raise InvalidSpec("spec.trainer.resourcesPerNode", f"{plan.nodes} nodes x {per_node} GPUs",
+                          f"needs {needed} GPUs; this machine has {len(gpus)} ({source})")
+    return [",".join(gpus[node * per_node:(node + 1) * per_node]) for node in range(plan.nodes)]
 
 
 @dataclass(frozen=True)
@@ -188,6 +230,8 @@ class LocalAdapter(Adapter):
         workdir = plan.workdir or os.getcwd()
         if not os.path.isdir(workdir):
             raise BackendRejected("local", f"workdir {workdir!r} does not exist")
+        gpus, source = machine_gpus(self.cluster.spec.gpus, os.environ)
+        slices = gpu_slices(plan, gpus, source)  # refused here: nothing of an earlier run is touched yet
         ref = JobRef(self.cluster.name, "local", plan.uid, plan.uid, plan.name)
         directory = _job_dir(plan.uid)
         shutil.rmtree(directory, ignore_errors=True)
@@ -206,6 +250,13 @@ class LocalAdapter(Adapter):
         for group in groups:
             env = {**base_env, **dict(group.env), **dict(job_environment(plan)), **script_env(plan),
                    "HPCBRIDGE_NODE_RANK": str(group.node)}
+            if slices is not None:
+                # one group for the whole job (MPI, a batch script) holds every node's GPUs; a node's own
+                # processes pick theirs by local rank, as under Slurm
+                mine = slices[group.node] if len(groups) == len(slices) else ",".join(slices)
+                env.update({"CUDA_VISIBLE_DEVICES": mine, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+            elif gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ""  # asked for none: sees none
             try:
                 proc = subprocess.Popen(list(group.argv), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

@@ -6,7 +6,7 @@ In Kubernetes it is a cluster-scoped object; for the CLI the same objects come f
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -239,6 +239,9 @@ class BridgeClusterSpec(WireModel):
     allowed_namespaces: list[str] | None = None
     #: namespace → Slurm account (or Flux bank) used when the TrainJob names none
     account_mapping: dict[str, str] | None = None
+    #: local: the GPUs this machine lends its emulated nodes (device ids as CUDA_VISIBLE_DEVICES takes them);
+    #: unset: the inherited CUDA_VISIBLE_DEVICES, else what nvidia-smi -L (or /proc/driver/nvidia) lists
+    gpus: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")]] | None = Field(default=None, max_length=1024)
 
     @field_validator("allowed_namespaces")
     @classmethod
@@ -265,6 +268,8 @@ class BridgeClusterSpec(WireModel):
         for section in ("slurm", "flux", "kubernetes"):
             if getattr(self, section) is not None and section != self.type:
                 raise ValueError(f"section {section!r} does not belong to a cluster of type {self.type!r}")
+        if self.gpus is not None and self.type != "local":
+            raise ValueError(f"gpus is the local cluster's own list; a {self.type} cluster's scheduler knows its GPUs")
         return self
 
     def allows_namespace(self, namespace: str) -> bool:

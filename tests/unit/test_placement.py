@@ -140,3 +140,21 @@ def test_local_is_a_candidate_only_when_nothing_else_is_configured() -> None:
     source = service.read_input("-", stdin=TRAINJOB)
     only_local = service.prepare(source, cluster="auto", configured={"local": local})
     assert only_local.plan.cluster == "local" and only_local.notes[0] == "placement: chose local (starts now)"
+
+
+def test_the_local_machines_gpus_come_from_the_cluster_the_allocation_or_the_driver(tmp_path) -> None:
+    from bridge.adapters.local import machine_gpus
+
+    listing = "GPU 0: NVIDIA H200 (UUID: GPU-a)\nGPU 1: NVIDIA H200 (UUID: GPU-b)\n"
+    assert machine_gpus(["3", "5"], {"CUDA_VISIBLE_DEVICES": "0"}, run=lambda _: listing) == (["3", "5"],
+                                                                                              "the cluster's gpus")
+    assert machine_gpus(None, {"CUDA_VISIBLE_DEVICES": "6, 7"}, run=lambda _: listing) == (["6", "7"],
+                                                                                           "CUDA_VISIBLE_DEVICES")
+    assert machine_gpus(None, {"CUDA_VISIBLE_DEVICES": ""}, run=lambda _: listing)[0] == []
+    assert machine_gpus(None, {}, run=lambda _: listing) == (["0", "1"], "nvidia-smi -L")
+    (tmp_path / "0000:01:00.0").mkdir()
+    assert machine_gpus(None, {}, run=lambda _: None, proc_dir=str(tmp_path)) == (["0"], str(tmp_path))
+    assert machine_gpus(None, {}, run=lambda _: None, proc_dir=str(tmp_path / "none"))[0] == []
+    with pytest.raises(ValueError, match="gpus is the local cluster's own list"):
+        BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                      "metadata": {"name": "s"}, "spec": {"type": "slurm", "gpus": ["0"]}})

@@ -180,3 +180,35 @@ def test_a_batch_scripts_steps_run_with_the_mpi_launcher_and_its_environment(tmp
     lines = [line for line in result.stdout.splitlines() if line.startswith(("0:", "1:", "2:", "3:", "ompi"))]
     assert lines == [f"{rank}: hydra {rank} {rank} it's a 'test'" for rank in range(4)] + [
         f"ompi {rank} {rank} {rank // 2}" for rank in range(4)]
+
+
+def test_each_emulated_node_gets_its_own_gpus_and_a_job_needing_more_is_refused(tmp_path: Path) -> None:
+    """On a machine with GPUs (a fake nvidia-smi listing 4 here), 2 nodes x 2 GPUs get 0,1 and 2,3, as Slurm's
+    gres gives nodes their devices; a job asking none sees none; 3 x 2 is refused before anything starts."""
+    import yaml
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\n[ \"$1\" = -L ] || exit 1\n"
+                                     "for i in 0 1 2 3; do echo \"GPU $i: NVIDIA H200 (UUID: GPU-$i)\"; done\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    env_without = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    show = ["sh", "-c", 'echo "node $HPCBRIDGE_NODE_RANK sees [$CUDA_VISIBLE_DEVICES]"']
+    path = trainjob(tmp_path, "gpus", show, nodes=2)
+    doc = list(yaml.safe_load_all(path.read_text()))
+    doc[1]["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": 2}}
+    path.write_text(yaml.safe_dump_all(doc))
+    ran = subprocess.run([sys.executable, "-m", "bridge", "submit", str(path)], capture_output=True, text=True,
+                         timeout=120, env={**env_without, **env})
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(line.split("] ", 1)[1] for line in ran.stdout.splitlines() if "sees" in line) == [
+        "node 0 sees [0,1]", "node 1 sees [2,3]"]
+    refused = subprocess.run([sys.executable, "-m", "bridge", "submit", str(path), "-N", "3", "--rerun"],
+                             capture_output=True, text=True, timeout=120, env={**env_without, **env})
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == ("hpcbridge: error: spec.trainer.resourcesPerNode: needs 6 GPUs; this machine has 4 "
+                              "(nvidia-smi -L) (got '3 nodes x 2 GPUs')\n")
+    cpu = subprocess.run([sys.executable, "-m", "bridge", "submit", str(trainjob(tmp_path, "cpu", show))],
+                         capture_output=True, text=True, timeout=120, env={**env_without, **env})
+    assert cpu.returncode == 0 and "node 0 sees []" in cpu.stdout
