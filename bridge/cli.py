@@ -118,6 +118,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         _print_artifact(prepared.artifact, args.format)
         return 0
     plan = prepared.plan
+    if prepared.elements:
+        return _submit_array(prepared, args)
     if plan.backend == "local":
         return _run_here(prepared)
     submitted = service.submit(prepared, if_finished="rerun" if args.rerun else "error", retry=_retry())
@@ -152,6 +154,44 @@ def _run_here(prepared) -> int:
     print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
           file=sys.stderr)
     return service.exit_code(status)
+
+
+def _submit_array(prepared, args: argparse.Namespace) -> int:
+    """A job array on a backend without arrays: its elements in order (the local cluster runs them here, in the
+    foreground), each id printed as it is sent; with --wait (always, locally) the worst element's exit code."""
+    from bridge import service
+
+    adapter, plan = prepared.adapter, prepared.plan
+    local = plan.backend == "local"
+    sent: list = []
+
+    def sent_one(submitted) -> None:
+        sent.append(submitted)
+        print(submitted.ref.job_id, flush=True)
+
+    def stop(_signum, _frame) -> None:
+        for submitted in list(sent):
+            adapter.cancel(submitted.ref)
+        raise SystemExit(130)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)} if local else {}
+    try:
+        service.submit_array(prepared, if_finished="rerun" if local or args.rerun else "error", retry=_retry(),
+                             on_wait=lambda line: print(f"hpcbridge: note: {line}", file=sys.stderr, flush=True),
+                             on_sent=sent_one)
+        if not (local or args.wait):
+            return 0
+        codes = []
+        for submitted in sent:
+            status = adapter.wait(submitted.ref) if local else service.Follow(
+                adapter, submitted.ref, on_change=_show_change).run()
+            print(f"hpcbridge: {plan.namespace}/{submitted.ref.name} {status.state.value} (exit code "
+                  f"{status.exit_code})", file=sys.stderr)
+            codes.append(service.exit_code(status))
+        return max(codes)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _show_change(status) -> None:

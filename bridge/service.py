@@ -276,6 +276,11 @@ class Prepared:
     notes: tuple[str, ...] = ()
     #: the runtime and the TrainJob as they ran (uid set): kept at submit, so ``migrate`` can run it elsewhere
     objects: tuple = ()
+    #: a job array on a backend without arrays: its elements, each a job of its own (bridge.plan.array_elements);
+    #: ``artifact`` then shows them all, and ``submit_array`` sends them
+    elements: tuple[Prepared, ...] = ()
+    #: the array's ``%`` limit: at most this many elements unfinished at once (None: all at once)
+    array_limit: int | None = None
 
     def definition(self) -> str:
         from bridge.api.loader import to_yaml
@@ -345,9 +350,29 @@ def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
             raise InvalidSpec("script", source.source, f"{script.only_verbatim} runs only on a Slurm cluster that "
                               f"takes batch scripts (sbatch, here or over ssh); cluster {target.name} is "
                               f"{target.spec.type}" + (" over slurmrestd" if target.spec.type == "slurm" else ""))
-    adapter.check_options(plan)
     ran = trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"uid": plan.uid})})
+    if plan.options.array and "array" not in {option.name for option in adapter.options}:
+        return _array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran))
+    adapter.check_options(plan)
     return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran))
+
+
+def _array_for(adapter: Adapter, plan: LaunchPlan, notes: tuple[str, ...], objects: tuple) -> Prepared:
+    """A job array where the backend has none: one job per element, all rendered now (so ``render`` and
+    ``--dry-run`` show every one), sent by ``submit_array`` with at most ``%`` of them unfinished at once."""
+    from bridge.adapters.base import Artifact
+    from bridge.plan import array_elements, expand_array
+
+    indices, limit, _ = expand_array(plan.options.array or "")
+    elements = []
+    for element in array_elements(plan):
+        adapter.check_options(element)
+        elements.append(Prepared(adapter, element, adapter.render(element), (), objects))
+    first = elements[0].artifact
+    combined = Artifact(first.backend, first.kind, plan, tuple(f for e in elements for f in e.artifact.files))
+    note = (f"array {plan.options.array}: {len(indices)} jobs on {adapter.cluster.name}, one per element "
+            f"({plan.name}-{indices[0]} …)" + (f", at most {limit} unfinished at once" if limit else ""))
+    return Prepared(adapter, plan, combined, (*notes, note), objects, tuple(elements), limit)
 
 
 def _workdir_relative_to_file(trainjob: TrainJob, path: str | None, key: str) -> TrainJob:
@@ -387,6 +412,35 @@ def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retr
     return submit_many([prepared], if_finished=if_finished, retry=retry)[0]
 
 
+def submit_array(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY,
+                 poll_seconds: float = 1.0, sleep: Callable[[float], None] = time.sleep,
+                 on_wait: Callable[[str], None] | None = None,
+                 on_sent: Callable[[Submitted], None] | None = None) -> list[Submitted]:
+    """Send a job array's elements in order (each idempotent by its own uid, as ``submit``); with a ``%``
+    limit, an element is sent only while fewer than that many sent ones are unfinished (one batched poll per
+    check), so the submitting process stays until the last element is sent."""
+    adapter = prepared.adapter
+    sent: list[Submitted] = []
+    for element in prepared.elements:
+        if prepared.array_limit is not None:
+            told = False
+            while True:
+                running = [s.ref for s in sent]
+                states = retry.call(lambda refs=running: adapter.poll(refs)) if running else {}
+                unfinished = sum(1 for status in states.values() if not status.state.finished)
+                if unfinished < prepared.array_limit:
+                    break
+                if on_wait is not None and not told:
+                    on_wait(f"{element.plan.name} waits: {unfinished} elements unfinished, the limit is "
+                            f"{prepared.array_limit}")
+                    told = True
+                sleep(poll_seconds)
+        sent.append(submit(element, if_finished=if_finished, retry=retry))
+        if on_sent is not None:
+            on_sent(sent[-1])
+    return sent
+
+
 def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
                 retry: Retry = NO_RETRY) -> list[Submitted]:
     """Submit plans bound for one cluster, idempotently by uid, with one lookup for the whole batch.
@@ -399,6 +453,11 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     """
     if not batch:
         return []
+    array = next((p for p in batch if p.elements), None)
+    if array is not None:
+        raise InvalidSpec("metadata.annotations[hpcbridge.io/array]", array.plan.options.array,
+                          f"cluster {array.adapter.cluster.name} has no job arrays: its elements are sent one by one "
+                          "(hpcbridge submit), which this path does not do")
     adapter = batch[0].adapter
     if any(p.adapter is not adapter for p in batch):
         raise ValueError("submit_many takes plans for one cluster (one adapter)")

@@ -1,0 +1,76 @@
+"""A job array off Slurm (issue 17): the same batch script with ``--array=0-6:2%2`` on the real Slurm cluster
+(native arrays: the oracle) and on the local cluster, Flux (when present) and real kubelet pods, where
+hpc-bridge sends one job per element with the SLURM_ARRAY_* variables Slurm gives and at most 2 unfinished at
+once. Every element runs once, with the same variables as under Slurm."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge import service
+from bridge.adapters.base import JobState
+from tests.integration.engines import LAUNCH, Engine, cluster_entry, finished
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = """#!/bin/bash
+#SBATCH --job-name=arr
+#SBATCH --array=0-6:2%2
+{where}
+echo "element $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_TASK_COUNT: min $SLURM_ARRAY_TASK_MIN max $SLURM_ARRAY_TASK_MAX \\
+step $SLURM_ARRAY_TASK_STEP name $SLURM_JOB_NAME" {sink}
+"""
+EXPECTED = [f"element {i} of 4: min 0 max 6 step 2 name arr" for i in (0, 2, 4, 6)]
+
+
+def _lines(workdir: Path) -> list[str]:
+    path = workdir / "array.out"
+    return sorted(path.read_text().splitlines()) if path.exists() else []
+
+
+def test_slurm_runs_the_array_natively_and_says_what_each_element_sees(slurm_cluster, tmp_path) -> None:
+    """The oracle: what Slurm 22.05 itself gives each element of the array."""
+    cluster = cluster_entry("array-slurm", {"type": "slurm", "slurm": {"transport": "local",
+                                                                       "slurmConf": str(slurm_cluster.conf)},
+                                            "defaults": {"partition": "debug", "launchCommand": LAUNCH}})
+    text = SCRIPT.format(where=f"#SBATCH --chdir={tmp_path}", sink=">> array.out")
+    prepared = service.prepare(service.read_input("-", stdin=text), cluster=cluster.name,
+                               configured={cluster.name: cluster})
+    service.submit(prepared)
+    for _ in range(600):
+        if len(_lines(tmp_path)) == 4:
+            break
+        time.sleep(0.2)
+    assert _lines(tmp_path) == EXPECTED
+
+
+@pytest.mark.parametrize("engine", [pytest.param("local", marks=pytest.mark.local),
+                                    pytest.param("flux-cli", marks=pytest.mark.flux),
+                                    pytest.param("kubernetes-real", marks=pytest.mark.kubernetes)], indirect=True)
+def test_the_same_array_runs_element_by_element_elsewhere(engine: Engine, tmp_path) -> None:
+    where = "#HPCBRIDGE --image=busybox:1.36" if engine.real else f"#SBATCH --chdir={tmp_path}"
+    text = SCRIPT.format(where=where, sink="" if engine.real else ">> array.out")
+    prepared = service.prepare(service.read_input("-", stdin=text), cluster=engine.cluster.name,
+                               configured={engine.cluster.name: engine.cluster})
+    assert [e.plan.name for e in prepared.elements] == ["arr-0", "arr-2", "arr-4", "arr-6"]
+    high = [0]
+
+    def watch(_seconds: float) -> None:  # while an element waits for the %2 limit: how many are unfinished
+        states = prepared.adapter.poll([s.ref for s in sent])
+        high[0] = max(high[0], sum(1 for status in states.values() if not status.state.finished))
+        time.sleep(0.2)
+
+    sent: list = []
+    service.submit_array(prepared, sleep=watch, on_sent=sent.append)
+    statuses = [finished(prepared.adapter, submitted.ref, timeout=240) for submitted in sent]
+    assert [status.state for status in statuses] == [JobState.SUCCEEDED] * 4
+    assert high[0] <= 2
+    if engine.real:
+        lines = sorted(line for submitted in sent for line in
+                       "".join(prepared.adapter.logs(submitted.ref)).splitlines() if line.startswith("element"))
+    else:
+        lines = _lines(tmp_path)
+    assert lines == EXPECTED
