@@ -23,6 +23,10 @@ def _report(lines) -> None:
         print(f"hpcbridge: note: {line}", file=sys.stderr)
 
 
+def _waiting(line: str) -> None:
+    print(f"hpcbridge: note: {line}", file=sys.stderr, flush=True)
+
+
 def _retry():
     """Transient backend errors are retried a few times, each retry said on stderr."""
     from bridge.service import Retry
@@ -122,7 +126,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _submit_array(prepared, args)
     if plan.backend == "local":
         return _run_here(prepared)
-    submitted = service.submit(prepared, if_finished="rerun" if args.rerun else "error", retry=_retry())
+    submitted = service.submit(prepared, if_finished="rerun" if args.rerun else "error", retry=_retry(),
+                               on_wait=_waiting)
     if submitted.existing:
         state = submitted.status.state.value if submitted.status else "known"
         print(f"hpcbridge: note: {plan.namespace}/{plan.name} is already job {submitted.ref.job_id} ({state}); "
@@ -138,7 +143,7 @@ def _run_here(prepared) -> int:
     from bridge import service
 
     # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
-    submitted = service.submit(prepared, if_finished="rerun")
+    submitted = service.submit(prepared, if_finished="rerun", on_wait=_waiting)
     adapter, ref, plan = prepared.adapter, submitted.ref, prepared.plan
     if submitted.existing:
         raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
@@ -177,7 +182,7 @@ def _submit_array(prepared, args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)} if local else {}
     try:
         service.submit_array(prepared, if_finished="rerun" if local or args.rerun else "error", retry=_retry(),
-                             on_wait=lambda line: print(f"hpcbridge: note: {line}", file=sys.stderr, flush=True),
+                             on_wait=_waiting,
                              on_sent=sent_one)
         if not (local or args.wait):
             return 0

@@ -55,6 +55,10 @@ _SHELL_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_DIRECTIVE = DIRECTIVE_SAFE
 _ARRAY_SPEC = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?$")
 _DEPENDENCY = re.compile(r"^(singleton|[a-z_]+(:[0-9_+]+)+)([,?](singleton|[a-z_]+(:[0-9_+]+)+))*$")
+#: where hpc-bridge keeps a dependency itself (the local cluster, Kubernetes): job ids are that backend's own
+#: (a local uid, namespace/jobset); all items must hold (",")
+_KEPT_DEPENDENCY_ITEM = r"(singleton|(afterok|afterany|afternotok)(:[A-Za-z0-9][A-Za-z0-9._/-]{0,252})+)"
+_KEPT_DEPENDENCY = re.compile(rf"^{_KEPT_DEPENDENCY_ITEM}(,{_KEPT_DEPENDENCY_ITEM})*$")
 _CONSTRAINT = CONSTRAINT
 
 # What a plan may ask for, checked before any renderer runs (README "Security"): no renderer allocates in
@@ -784,7 +788,11 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
             if problem:
                 raise InvalidSpec(where, value, problem)
         elif knob == "dependency":
-            if not _DEPENDENCY.fullmatch(value):
+            if cluster.spec.type in ("local", "kubernetes"):
+                if not _KEPT_DEPENDENCY.fullmatch(value):
+                    raise InvalidSpec(where, value, "not a dependency like afterok:JOB[:JOB] (afterok, afterany, "
+                                                    "afternotok; items joined by ,) or singleton")
+            elif not _DEPENDENCY.fullmatch(value):
                 raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
         elif knob in ("output", "error", "workdir", "slurm-job-name"):
             _check_directive_value(where, value)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from bridge.errors import AlreadyRan, BackendUnavailable, BridgeError, InvalidSpec
+from bridge.errors import AlreadyRan, BackendRejected, BackendUnavailable, BridgeError, InvalidSpec
 
 if TYPE_CHECKING:
     from bridge.adapters.base import Adapter, Artifact, JobRef, JobStatus
@@ -281,6 +281,8 @@ class Prepared:
     elements: tuple[Prepared, ...] = ()
     #: the array's ``%`` limit: at most this many elements unfinished at once (None: all at once)
     array_limit: int | None = None
+    #: a dependency the backend cannot hold (the local cluster, Kubernetes): ``submit`` waits for it, then sends
+    waits_for: str | None = None
 
     def definition(self) -> str:
         from bridge.api.loader import to_yaml
@@ -351,10 +353,16 @@ def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
                               f"takes batch scripts (sbatch, here or over ssh); cluster {target.name} is "
                               f"{target.spec.type}" + (" over slurmrestd" if target.spec.type == "slurm" else ""))
     ran = trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"uid": plan.uid})})
-    if plan.options.array and "array" not in {option.name for option in adapter.options}:
-        return _array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran))
+    declared = {option.name for option in adapter.options}
+    waits_for = None
+    if plan.options.dependency and "dependency" not in declared:
+        # kept here, by ordered creation: the job is sent once what it depends on has ended as it must
+        waits_for, plan = plan.options.dependency, replace(plan, options=replace(plan.options, dependency=None))
+        notes = (*notes, f"dependency {waits_for}: submit waits for it, then sends the job")
+    if plan.options.array and "array" not in declared:
+        return replace(_array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran)), waits_for=waits_for)
     adapter.check_options(plan)
-    return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran))
+    return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran), waits_for=waits_for)
 
 
 def _array_for(adapter: Adapter, plan: LaunchPlan, notes: tuple[str, ...], objects: tuple) -> Prepared:
@@ -408,8 +416,51 @@ def _identity(plan: LaunchPlan):
     return Identity(plan.uid, plan.name, plan.namespace)
 
 
-def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY) -> Submitted:
+def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY,
+           on_wait: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Submitted:
+    if prepared.waits_for:
+        wait_for_dependency(prepared.adapter, prepared.waits_for, prepared.plan, retry=retry, on_wait=on_wait,
+                            sleep=sleep)
+        prepared = replace(prepared, waits_for=None)
     return submit_many([prepared], if_finished=if_finished, retry=retry)[0]
+
+
+def wait_for_dependency(adapter: Adapter, spec: str, plan: LaunchPlan, *, retry: Retry = NO_RETRY,
+                        on_wait: Callable[[str], None] | None = None, poll_seconds: float = 1.0,
+                        sleep: Callable[[float], None] = time.sleep) -> None:
+    """Block until *spec* (afterok/afterany/afternotok:JOB[:JOB], singleton; items joined by ",") holds on
+    *adapter*'s cluster: one batched poll per check. A dependency that can no longer hold (afterok on a job that
+    failed) is BackendRejected, and nothing is sent, as Slurm never starts such a job."""
+    items = [item.split(":") for item in spec.split(",")]
+    ids = [job for kind, *jobs in items if kind != "singleton" for job in jobs]
+    told = False
+    while True:
+        waiting = []
+        states = retry.call(lambda: adapter.poll(job_refs(adapter, ids))) if ids else {}
+        by_id = {ref.job_id: status for ref, status in states.items()}
+        for kind, *jobs in items:
+            if kind == "singleton":
+                others = [s for s in retry.call(adapter.list_jobs)
+                          if s.ref.name == plan.name and s.ref.uid != plan.uid and not s.state.finished]
+                waiting += [f"{s.ref.job_id} (same name)" for s in others]
+                continue
+            for job in jobs:
+                status = by_id[job]
+                if status.state.value == "Unknown":
+                    raise BackendRejected(adapter.backend, f"dependency {kind}:{job}: no such job on cluster "
+                                                           f"{adapter.cluster.name}")
+                if not status.state.finished:
+                    waiting.append(f"{job} ({status.state.value})")
+                elif kind == "afterok" and status.state.value != "Succeeded" or \
+                        kind == "afternotok" and status.state.value == "Succeeded":
+                    raise BackendRejected(adapter.backend, f"dependency {kind}:{job} can never hold: job {job} "
+                                                           f"ended {status.state.value}; {plan.name} was not sent")
+        if not waiting:
+            return
+        if on_wait is not None and not told:
+            on_wait(f"{plan.name} waits for {', '.join(waiting)} ({spec})")
+            told = True
+        sleep(poll_seconds)
 
 
 def submit_array(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY,
@@ -420,6 +471,8 @@ def submit_array(prepared: Prepared, *, if_finished: IfFinished = "error", retry
     limit, an element is sent only while fewer than that many sent ones are unfinished (one batched poll per
     check), so the submitting process stays until the last element is sent."""
     adapter = prepared.adapter
+    if prepared.waits_for:
+        wait_for_dependency(adapter, prepared.waits_for, prepared.plan, retry=retry, on_wait=on_wait, sleep=sleep)
     sent: list[Submitted] = []
     for element in prepared.elements:
         if prepared.array_limit is not None:
@@ -453,6 +506,11 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     """
     if not batch:
         return []
+    held = next((p for p in batch if p.waits_for), None)
+    if held is not None:
+        raise InvalidSpec("metadata.annotations[hpcbridge.io/dependency]", held.waits_for,
+                          f"cluster {held.adapter.cluster.name} keeps no dependencies: hpcbridge submit waits for "
+                          "them, which this path does not do")
     array = next((p for p in batch if p.elements), None)
     if array is not None:
         raise InvalidSpec("metadata.annotations[hpcbridge.io/array]", array.plan.options.array,

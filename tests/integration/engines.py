@@ -41,8 +41,10 @@ class Engine:
     def kwok(self) -> bool:
         return self.cluster.spec.type == "kubernetes" and not self.real
 
-    def prepare(self, name: str, command: list[str], kwok_job: dict | None = None) -> service.Prepared:
-        """A one-node TrainJob running *command* (on kwok, *kwok_job* patches the Job to fail or run on)."""
+    def prepare(self, name: str, command: list[str], kwok_job: dict | None = None,
+                annotations: dict | None = None) -> service.Prepared:
+        """A one-node TrainJob running *command* (on kwok, *kwok_job* patches the Job to fail or run on), with
+        *annotations* besides the engine's own."""
         spec: dict = {"runtimeRef": {"name": "conformance"}, "trainer": {"command": command}}
         if kwok_job and self.kwok:
             spec["runtimePatches"] = [{"manager": "hpcbridge.io/tests", "trainingRuntimeSpec": {"template": {
@@ -50,6 +52,8 @@ class Engine:
         metadata: dict = {"name": name, "namespace": self.namespace, "uid": str(uuid.uuid4())}
         if self.workdir and not self.kwok:
             metadata["annotations"] = {"hpcbridge.io/workdir": self.workdir}
+        if annotations:
+            metadata["annotations"] = {**metadata.get("annotations", {}), **annotations}
         text = yaml.safe_dump_all([RUNTIME, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
                                              "metadata": metadata, "spec": spec}])
         source = service.read_input("-", stdin=text)

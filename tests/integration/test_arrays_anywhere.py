@@ -74,3 +74,33 @@ def test_the_same_array_runs_element_by_element_elsewhere(engine: Engine, tmp_pa
     else:
         lines = _lines(tmp_path)
     assert lines == EXPECTED
+
+
+@pytest.mark.parametrize("engine", [pytest.param("local", marks=pytest.mark.local),
+                                    pytest.param("kubernetes-real", marks=pytest.mark.kubernetes)], indirect=True)
+def test_a_dependent_job_is_created_only_once_its_dependency_ended_as_it_must(engine: Engine) -> None:
+    """--dependency where the backend keeps none (the local cluster, Kubernetes): submit creates the job only
+    after the jobs it names have ended (afterok: succeeded); one that can never hold sends nothing."""
+    import threading
+
+    from bridge.errors import BackendRejected
+
+    first = engine.prepare("dep-first", ["sh", "-c", "sleep 4; echo first"])
+    failing = engine.prepare("dep-failing", ["sh", "-c", "exit 3"])
+    refs = [service.submit(first).ref, service.submit(failing).ref]
+    if engine.name == "local":  # the owner of a local job is the process that started it: it follows them
+        for prepared, ref in zip((first, failing), refs, strict=True):
+            threading.Thread(target=prepared.adapter.wait, args=(ref,), daemon=True).start()
+    second = engine.prepare("dep-second", ["sh", "-c", "echo second"],
+                            annotations={"hpcbridge.io/dependency": f"afterok:{refs[0].job_id}"})
+    assert second.waits_for == f"afterok:{refs[0].job_id}"
+    told: list[str] = []
+    sent = service.submit(second, on_wait=told.append, sleep=lambda _: time.sleep(0.2))
+    assert first.adapter.poll([refs[0]])[refs[0]].state == JobState.SUCCEEDED  # ended before the other was sent
+    assert told and told[0].startswith("dep-second waits for")
+    assert finished(second.adapter, sent.ref).state == JobState.SUCCEEDED
+    never = engine.prepare("dep-never", ["sh", "-c", "echo never"],
+                           annotations={"hpcbridge.io/dependency": f"afterok:{refs[1].job_id}"})
+    with pytest.raises(BackendRejected, match="can never hold"):
+        service.submit(never, sleep=lambda _: time.sleep(0.2))
+    assert never.plan.uid not in {s.ref.uid for s in never.adapter.list_jobs()}  # nothing was sent

@@ -9,7 +9,7 @@ import pytest
 from bridge import service
 from bridge.adapters.base import JobState
 from bridge.api.cluster import BridgeCluster
-from bridge.errors import InvalidSpec
+from bridge.errors import BackendRejected, InvalidSpec
 from bridge.plan import expand_array
 from tests.unit.test_service import TRAINJOB, FakeBackend
 
@@ -70,3 +70,65 @@ def test_no_more_than_the_limit_are_unfinished_while_elements_are_sent(array) ->
 def test_the_batched_path_refuses_an_array_it_cannot_send_element_by_element(array) -> None:
     with pytest.raises(InvalidSpec, match="has no job arrays: its elements are sent one by one"):
         service.submit(array)
+
+
+DEPENDENT = TRAINJOB.replace("metadata: {name: fake-job, namespace: team}",
+                             "metadata: {name: later, namespace: team, annotations: {hpcbridge.io/dependency: "
+                             "'afterok:101,afterany:102'}}")
+
+
+@pytest.fixture
+def kept(monkeypatch, tmp_path):
+    """A backend that keeps no dependencies (as the local cluster and Kubernetes), with jobs 101 and 102."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                            "metadata": {"name": "k"}, "spec": {"type": "local"}})
+    backend = FakeBackend(cluster)
+    for job_id in ("101", "102"):
+        backend.jobs[job_id] = {"uid": f"u{job_id}", "name": f"j{job_id}", "state": JobState.RUNNING}
+    backend.sent = 2
+    monkeypatch.setattr(service, "get_adapter", lambda cluster: backend)
+    return backend, cluster
+
+
+def test_a_dependency_the_backend_cannot_hold_is_kept_by_ordered_creation(kept) -> None:
+    backend, cluster = kept
+    prepared = service.prepare(service.read_input("-", stdin=DEPENDENT), cluster="k", configured={"k": cluster})
+    assert prepared.waits_for == "afterok:101,afterany:102" and prepared.plan.options.dependency is None
+    told: list[str] = []
+    ends = iter([("101", JobState.SUCCEEDED), ("102", JobState.FAILED)])
+
+    def sleep(_seconds: float) -> None:  # one job ends per check
+        job_id, state = next(ends)
+        backend.jobs[job_id]["state"] = state
+        assert len(backend.jobs) == 2  # nothing sent while waiting
+
+    submitted = service.submit(prepared, on_wait=told.append, sleep=sleep)
+    assert submitted.ref.job_id == "103" and backend.jobs["103"]["name"] == "later"
+    assert told == ["later waits for 101 (Running), 102 (Running) (afterok:101,afterany:102)"]
+
+
+def test_a_dependency_that_can_never_hold_sends_nothing(kept) -> None:
+    backend, cluster = kept
+    backend.jobs["101"]["state"] = JobState.FAILED
+    backend.jobs["102"]["state"] = JobState.SUCCEEDED
+    prepared = service.prepare(service.read_input("-", stdin=DEPENDENT), cluster="k", configured={"k": cluster})
+    with pytest.raises(BackendRejected, match="dependency afterok:101 can never hold: job 101 ended Failed"):
+        service.submit(prepared, sleep=lambda _: None)
+    assert set(backend.jobs) == {"101", "102"}
+    with pytest.raises(InvalidSpec, match="keeps no dependencies"):
+        service.submit_many([prepared])  # the operator's path does not wait
+
+
+def test_kept_dependencies_name_the_backends_own_ids() -> None:
+    for value, ok in (("afterok:default/train-1:ns/other", True), ("afterany:3f2a-77", True),
+                      ("singleton", True), ("after:5", False), ("afterok:a?afterany:b", False)):
+        text = DEPENDENT.replace("afterok:101,afterany:102", value)
+        cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                                "metadata": {"name": "k"}, "spec": {"type": "local"}})
+        if ok:
+            assert service.prepare(service.read_input("-", stdin=text), cluster="k",
+                                   configured={"k": cluster}).waits_for == value
+        else:
+            with pytest.raises(InvalidSpec, match="not a dependency like afterok:JOB"):
+                service.prepare(service.read_input("-", stdin=text), cluster="k", configured={"k": cluster})
