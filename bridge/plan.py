@@ -55,9 +55,9 @@ _SHELL_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_DIRECTIVE = DIRECTIVE_SAFE
 _ARRAY_SPEC = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?$")
 _DEPENDENCY = re.compile(r"^(singleton|[a-z_]+(:[0-9_+]+)+)([,?](singleton|[a-z_]+(:[0-9_+]+)+))*$")
-#: where hpc-bridge keeps a dependency itself (the local cluster, Kubernetes): job ids are that backend's own
-#: (a local uid, namespace/jobset); all items must hold (",")
-_KEPT_DEPENDENCY_ITEM = r"(singleton|(afterok|afterany|afternotok)(:[A-Za-z0-9][A-Za-z0-9._/-]{0,252})+)"
+#: dependencies off Slurm, on that backend's own job ids (a local uid, namespace/jobset, a Flux ƒ… id): Flux
+#: keeps them (RFC 26), hpc-bridge keeps them for the local cluster and Kubernetes; all items must hold (",")
+_KEPT_DEPENDENCY_ITEM = r"(singleton|(afterok|afterany|afternotok)(:[A-Za-z0-9ƒ][A-Za-z0-9ƒ._/-]{0,252})+)"
 _KEPT_DEPENDENCY = re.compile(rf"^{_KEPT_DEPENDENCY_ITEM}(,{_KEPT_DEPENDENCY_ITEM})*$")
 _CONSTRAINT = CONSTRAINT
 
@@ -788,10 +788,13 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
             if problem:
                 raise InvalidSpec(where, value, problem)
         elif knob == "dependency":
-            if cluster.spec.type in ("local", "kubernetes"):
+            if cluster.spec.type in ("local", "kubernetes", "flux"):
                 if not _KEPT_DEPENDENCY.fullmatch(value):
                     raise InvalidSpec(where, value, "not a dependency like afterok:JOB[:JOB] (afterok, afterany, "
                                                     "afternotok; items joined by ,) or singleton")
+                if cluster.spec.type == "flux" and "singleton" in value.split(","):
+                    raise InvalidSpec(where, value, "Flux has no singleton dependency (RFC 26: after, afterany, "
+                                                    "afterok, afternotok)")
             elif not _DEPENDENCY.fullmatch(value):
                 raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
         elif knob in ("output", "error", "workdir", "slurm-job-name"):

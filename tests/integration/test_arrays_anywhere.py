@@ -104,3 +104,26 @@ def test_a_dependent_job_is_created_only_once_its_dependency_ended_as_it_must(en
     with pytest.raises(BackendRejected, match="can never hold"):
         service.submit(never, sleep=lambda _: time.sleep(0.2))
     assert never.plan.uid not in {s.ref.uid for s in never.adapter.list_jobs()}  # nothing was sent
+
+
+@pytest.mark.parametrize("engine", [pytest.param("flux-cli", marks=pytest.mark.flux)], indirect=True)
+def test_flux_keeps_a_dependency_on_flux_job_ids_itself(engine: Engine) -> None:
+    """On Flux a dependency is Flux's own (RFC 26, afterok on the ƒ… id submit printed): sent at once, held by
+    Flux until the job it names succeeded; one on a job that failed never runs."""
+    first = engine.prepare("fdep-first", ["sh", "-c", "sleep 3"])
+    failing = engine.prepare("fdep-failing", ["sh", "-c", "exit 3"])
+    refs = [service.submit(first).ref, service.submit(failing).ref]
+    second = engine.prepare("fdep-second", ["sh", "-c", "echo second"],
+                            annotations={"hpcbridge.io/dependency": f"afterok:{refs[0].job_id}"})
+    assert second.waits_for is None and second.plan.options.dependency == f"afterok:{refs[0].job_id}"
+    sent = service.submit(second)
+    assert second.adapter.poll([sent.ref])[sent.ref].state == JobState.PENDING  # held by Flux, not by us
+    assert finished(second.adapter, sent.ref).state == JobState.SUCCEEDED
+    assert first.adapter.poll([refs[0]])[refs[0]].state == JobState.SUCCEEDED
+    assert finished(failing.adapter, refs[1]).state == JobState.FAILED
+    never = engine.prepare("fdep-never", ["sh", "-c", "echo never"],
+                           annotations={"hpcbridge.io/dependency": f"afterok:{refs[1].job_id}"})
+    from bridge.errors import BackendRejected
+
+    with pytest.raises(BackendRejected, match="failed or was canceled"):  # Flux's own word, as ours elsewhere
+        service.submit(never)

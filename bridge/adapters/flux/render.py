@@ -80,8 +80,9 @@ def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]
     if plan.options.account:
         system["bank"] = plan.options.account
     if plan.options.dependency:
-        system["dependencies"] = [{"scheme": scheme, "value": value} for scheme, _, value in
-                                  (item.partition(":") for item in plan.options.dependency.split(","))]
+        # RFC 26: one entry per job (Slurm's afterok:1:2 is two), the job id as Flux writes it (ƒ… or decimal)
+        system["dependencies"] = [{"scheme": scheme, "value": job} for scheme, *jobs in
+                                  (item.split(":") for item in plan.options.dependency.split(",")) for job in jobs]
     if plan.options.constraint:
         system["constraints"] = {"properties": _properties(plan.options.constraint)}
     output = {stream: {"type": "file", "path": _flux_path(f"metadata.annotations[hpcbridge.io/{option}]", path)}
