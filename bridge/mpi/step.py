@@ -339,9 +339,11 @@ def _run_mpi(step: Step, env: dict[str, str], wrapper: list[str], hosts: Sequenc
         # they resolve by (a pod's short name resolves only in its own /etc/hosts)
         peers[0] = Peer(nodename, peers[0].slots)
         localhost = hosts[0]
-    state = script_env.get(STATE_ENV) or "/tmp"
-    hostfile = os.path.join(state, f"hostfile.{os.getpid()}")
-    with open(hostfile, "w", encoding="utf-8") as handle:
+    import tempfile
+
+    # in the launch's private directory (0700); a file of our own, never a name someone could have made first
+    fd, hostfile = tempfile.mkstemp(prefix="hostfile.", dir=script_env.get(STATE_ENV) or None)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(hostfile_for(kind, peers))
     topology = Topology(tuple(hosts[:step.nodes]), 0, step.per_node)
     ssh = None
