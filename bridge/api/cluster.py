@@ -270,6 +270,9 @@ class BridgeClusterSpec(WireModel):
                 raise ValueError(f"section {section!r} does not belong to a cluster of type {self.type!r}")
         if self.gpus is not None and self.type != "local":
             raise ValueError(f"gpus is the local cluster's own list; a {self.type} cluster's scheduler knows its GPUs")
+        if self.defaults.image is not None and self.type != "kubernetes":
+            raise ValueError(f"defaults.image is the image of pods that name none; a {self.type} cluster runs "
+                             "commands on its nodes (a TrainJob's own image with defaults.containerRuntime)")
         return self
 
     def allows_namespace(self, namespace: str) -> bool:

@@ -158,3 +158,7 @@ def test_the_local_machines_gpus_come_from_the_cluster_the_allocation_or_the_dri
     with pytest.raises(ValueError, match="gpus is the local cluster's own list"):
         BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                       "metadata": {"name": "s"}, "spec": {"type": "slurm", "gpus": ["0"]}})
+    with pytest.raises(ValueError, match="defaults.image is the image of pods that name none"):
+        BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                      "metadata": {"name": "s"}, "spec": {"type": "slurm",
+                                                                          "defaults": {"image": "x:1"}}})
