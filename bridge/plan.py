@@ -31,6 +31,7 @@ from bridge.api.names import (
 from bridge.api.quantity import parse_quantity
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
+from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
 
 ANNOTATION_PREFIX = "hpcbridge.io/"
@@ -377,6 +378,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     launch_command = tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch"))
     notes = _gang_note(runtime, cluster) if cluster.spec.type == "kubernetes" else \
         _unhonoured(trainjob, runtime, template, trainer_job, container, image, cluster)
+    notes += _gpu_note(framework, procs, resources, trainer_job.name)
+    _check_xgboost_tracker(framework, env)
 
     plan = LaunchPlan(
         name=trainjob.name,
@@ -419,6 +422,25 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     )
     check_identity(plan)
     return plan
+
+
+def _gpu_note(framework: str, procs: int, resources: NodeResources, job: str) -> tuple[str, ...]:
+    """A GPU job with more processes per node than GPUs per node: some processes share a GPU, which NCCL
+    refuses ("Duplicate GPU detected") and memory rarely allows. Said once, not refused: a process may use no
+    GPU at all (a data loader, a parameter server)."""
+    if not resources.gpus or procs <= resources.gpus or framework in ("jax", "script"):
+        return ()
+    return (f"spec.trainer.numProcPerNode: {procs} processes per node share {resources.gpus} "
+            f"{resources.gpu_resource} per node in replicated job {job!r}: some processes share a GPU "
+            "(NCCL refuses two ranks on one GPU)",)
+
+
+def _check_xgboost_tracker(framework: str, env) -> None:
+    for entry in env:
+        if entry.name == XGBOOST_TRACKER_ENV and (framework != "xgboost" or entry.value not in XGBOOST_TRACKERS):
+            raise InvalidSpec(f"spec.trainer.env[{XGBOOST_TRACKER_ENV}]", entry.value,
+                              f"use one of {', '.join(XGBOOST_TRACKERS)}" if framework == "xgboost" else
+                              f"only an xgboost runtime has a tracker; this one's policy is {framework}")
 
 
 def _gang_note(runtime, cluster: BridgeCluster) -> tuple[str, ...]:
@@ -736,6 +758,9 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
         if resources.gpus:
             return resources.gpus, Launcher.TORCHRUN
         return resources.cpu_count or 1, Launcher.TORCHRUN
+    if framework == "xgboost":
+        # one worker per GPU, as Kubeflow counts them (DMLC_NUM_WORKER); hpcbridge launch starts each
+        return explicit or resources.gpus or 1, Launcher.PLAIN
     if framework == "flux":
         return explicit or policy.flux.num_proc_per_node or 1, Launcher.FLUX
     if framework == "script":

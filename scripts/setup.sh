@@ -50,5 +50,7 @@ if [ "$all" = 1 ]; then
   "$venv/bin/python" -c 'import torch' 2>/dev/null || "${pip[@]}" torch numpy
   # jax (CPU) for the JAX example and its tests on the jax-distributed runtime
   "$venv/bin/python" -c 'import jax' 2>/dev/null || "${pip[@]}" 'jax[cpu]'
+  # XGBoost without CUDA (a 6 MB wheel, not xgboost's 300 MB one) for the example and tests on xgboost-distributed
+  "$venv/bin/python" -c 'import xgboost' 2>/dev/null || "${pip[@]}" xgboost-cpu
 fi
 echo "setup: ready ($("$venv/bin/hpcbridge" --help >/dev/null && echo "hpcbridge $("$venv/bin/python" -c 'import bridge; print(bridge.__version__)')"))" >&2

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bridge.adapters.base import (
@@ -103,6 +103,19 @@ def gpu_slices(plan: LaunchPlan, gpus: Sequence[str], source: str) -> list[str] 
         raise InvalidSpec("spec.trainer.resourcesPerNode", f"{plan.nodes} nodes x {per_node} GPUs",
                           f"needs {needed} GPUs; this machine has {len(gpus)} ({source})")
     return [",".join(gpus[node * per_node:(node + 1) * per_node]) for node in range(plan.nodes)]
+
+
+def free_port(preferred: int) -> int:
+    """*preferred* if a listener could bind it on every address now (as the coordinator will, without
+    SO_REUSEADDR), else a port the kernel picks."""
+    for port in (preferred, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise BackendRejected("local", "no free TCP port for the job's coordinator")
 
 
 @dataclass(frozen=True)
@@ -236,7 +249,9 @@ class LocalAdapter(Adapter):
         directory = _job_dir(plan.uid)
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True, mode=0o700)
-        groups = layout(plan)
+        # every node of every local job shares this machine: the coordinator's port is the plan's when it is
+        # free, else one that is (another job holds it, or its last connections still linger in TIME_WAIT)
+        groups = layout(replace(plan, rdzv_port=free_port(plan.rdzv_port)))
         # The children run with this hpc-bridge's Python first on PATH, so `python3`, `torchrun` and
         # `mpirun`-launched ranks find the packages installed next to it. Variables of an enclosing Slurm
         # or MPI job are dropped: the local job is not part of that allocation.
@@ -336,6 +351,10 @@ class LocalAdapter(Adapter):
         if job is None:
             return self._record_status(ref)
         status = self._owned_status(job)
+        if status.state == JobState.FAILED and any(proc.poll() is None for proc in job.processes):
+            # one node failed: the others end with it, as in wait(), before the job is called finished
+            self._stop(job, signal.SIGTERM, GRACE_SECONDS)
+            status = self._owned_status(job)
         if status.state.finished:
             self._finish(job, status)  # other processes read the end from result.json
         return status

@@ -22,13 +22,14 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
 from bridge.mpi.hostfile import Peer, hostfile_for
 
 LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux", "script")
 #: frameworks whose processes get their coordinates from the launch (as Kubeflow's plugins give a pod them)
-FRAMEWORKS = ("", "jax")
+FRAMEWORKS = ("", "jax", "xgboost")
 
 
 def launch_framework(framework: str) -> str:
@@ -152,7 +153,7 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
     if spec.launcher == "torchrun" and launchers.calls_torchrun(spec.command):
         env.update(launchers.torch_env(topology, spec.rdzv_port))
     if spec.framework == "jax":
-        env.update(launchers.jax_env(topology, spec.rdzv_port, env.get("CUDA_VISIBLE_DEVICES")))
+        env.update(launchers.jax_env(topology, spec.rdzv_port, launchers.node_gpus(env)))
     roles = env.get(launchers.TF_ROLES_ENV)
     if roles:
         env["TF_CONFIG"] = launchers.tf_config(roles, topology, int(env.get(launchers.TF_PORT_ENV) or
@@ -537,8 +538,87 @@ def run_script(spec: LaunchSpec, topology: discovery.Topology, workdir: str) -> 
         release_peers(spec, {host: release_token(keys, spec.job_id, host) for host in peers}, files)
 
 
+def report_gpus(topology: discovery.Topology, gpus: Sequence[str]) -> None:
+    """One line per node, once: which GPUs this node's processes got (where a job's devices went, in its log)."""
+    if gpus:
+        print(f"hpcbridge launch: node {topology.rank} ({topology.hosts[topology.rank]}): GPUs {','.join(gpus)}",
+              file=sys.stderr, flush=True)
+
+
+class _Worker:
+    def __init__(self, proc) -> None:
+        self.proc = proc
+        self.code: int | None = None
+
+
+def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str, str]) -> int:
+    """XGBoost on one node: its G workers (G = processes per node: one per GPU), each with the DMLC_* variables
+    of task ``node*G+local`` and, with G or more GPUs, its own share of them (XGBoost's ``device="cuda"`` is
+    device 0 of what a process sees; two workers on one GPU fail in NCCL). Kubeflow starts one process per
+    pod yet counts G workers per pod, so its tracker waits forever; here every counted worker starts.
+
+    The first worker that fails ends the others, and the node's exit code is that worker's: the backend then
+    ends the other nodes (srun --kill-on-bad-exit, the local cluster, the JobSet's failure policy), so no
+    worker is left waiting on a tracker. With HPCBRIDGE_XGBOOST_TRACKER=launch node 0 runs the tracker itself
+    (the workers then need no tracker code); by default task 0's script runs it, as on Kubeflow."""
+    from bridge.mpi.spawn import Process
+
+    mode = env.get(XGBOOST_TRACKER_ENV) or "script"
+    if mode not in XGBOOST_TRACKERS:
+        raise InvalidSpec(XGBOOST_TRACKER_ENV, mode, f"use one of {', '.join(XGBOOST_TRACKERS)}")
+    gpus = launchers.node_gpus(env)
+    shares = launchers.worker_gpus(gpus, spec.procs_per_node)
+    members: list[_Worker] = []
+    tracker = None
+    try:
+        if mode == "launch" and topology.rank == 0:
+            argv = launchers.xgboost_tracker_argv(spec.command, len(topology.hosts) * spec.procs_per_node,
+                                                  spec.rdzv_port)
+            tracker = _Worker(Process(argv, env, new_session=True))
+        for local in range(spec.procs_per_node):
+            worker_env = {**env, **launchers.xgboost_env(topology, spec.rdzv_port, local)}
+            if shares[local] is not None:
+                worker_env["CUDA_VISIBLE_DEVICES"] = shares[local]
+            members.append(_Worker(Process(list(spec.command), worker_env, new_session=True)))
+    except FileNotFoundError as exc:
+        print(f"hpcbridge launch: {exc.filename or spec.command[0]}: command not found", file=sys.stderr)
+        for member in [*members, *([tracker] if tracker else [])]:
+            os.killpg(member.proc.pid, signal.SIGKILL)
+            member.proc.wait()
+        return 127
+    from bridge.mpi.group import wait_all
+
+    # the tracker is one of them: a tracker that fails ends the workers, and node 0 ends when it does (once
+    # every node's workers have shut down; those of the other nodes may still be training)
+    return wait_all([*([tracker] if tracker else []), *members], kill_on_bad_exit=True)
+
+
+#: how many ports above the plan's a shared-node job's coordinator may move (job_port)
+PORT_SPREAD = 1000
+
+
+def job_port(spec: LaunchSpec, env: Mapping[str, str]) -> int:
+    """The coordinator's port (torch master, JAX coordinator, XGBoost tracker) for this job. Slurm and Flux put
+    several jobs on one node, where a fixed port would clash with a running job, or with one that just ended
+    (XGBoost's tracker binds without SO_REUSEADDR, so a port still in TIME_WAIT is refused): the port moves
+    up from the plan's by the job id (modulo PORT_SPREAD), the same on every node of the job and different for
+    consecutive jobs. Pods and the local cluster (which picks a free port at submit) keep the plan's."""
+    if spec.discovery == "slurm":
+        job = env.get("SLURM_JOB_ID", "")
+    elif spec.discovery == "flux":
+        job = env.get("FLUX_JOB_ID", "")
+    else:
+        return spec.rdzv_port
+    if not job:
+        return spec.rdzv_port
+    number = int(job) if job.isdigit() else sum(ord(char) * 131 ** index for index, char in enumerate(job))
+    return spec.rdzv_port + number % PORT_SPREAD
+
+
 def run(spec: LaunchSpec) -> int:
     trace("started")
+    if spec.launcher == "torchrun" or spec.framework:
+        spec = spec._replace(rdzv_port=job_port(spec, os.environ))
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
                                   rank=spec.node_rank, hostfile=spec.hostfile, leader=spec.leader)
     workdir = private_workdir(spec.job_id)
@@ -550,9 +630,15 @@ def run(spec: LaunchSpec) -> int:
             if topology.rank != 0:
                 return serve_peer(spec, topology, keys, workdir)
             return lead(spec, topology, keys, workdir)
+        if spec.framework == "xgboost":
+            env = child_env(spec, os.environ, topology)
+            report_gpus(topology, launchers.node_gpus(env))
+            return run_xgboost(spec, topology, env)
         argv = launch_argv(spec, topology, workdir)
         if argv is None:
             return 0
-        return run_child(argv, child_env(spec, os.environ, topology))
+        env = child_env(spec, os.environ, topology)
+        report_gpus(topology, launchers.node_gpus(env))
+        return run_child(argv, env)
     finally:
         remove_workdir(workdir)

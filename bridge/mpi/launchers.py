@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from bridge.convert.kubeflow_v1 import TF_ROLES_ENV
 from bridge.mpi.discovery import Topology
@@ -100,16 +100,72 @@ def torch_env(topology: Topology, port: int) -> dict[str, str]:
     }
 
 
-def jax_env(topology: Topology, port: int, visible_devices: str | None) -> dict[str, str]:
+def node_gpus(env: Mapping[str, str]) -> list[str]:
+    """The GPUs this node's processes can use, as CUDA will name them: CUDA_VISIBLE_DEVICES's entries when it
+    is set (Slurm's gres, Flux's gpu-affinity, the local cluster; "-1" or "" is none; CUDA stops at the first
+    invalid entry), else ordinals for the devices the NVIDIA container runtime put in this container
+    (NVIDIA_VISIBLE_DEVICES, as Kubernetes' device plugin sets it; inside, CUDA numbers them from 0)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        devices = []
+        for item in visible.split(","):
+            item = item.strip()
+            if not item or item.startswith("-"):
+                break
+            devices.append(item)
+        return devices
+    container = (env.get("NVIDIA_VISIBLE_DEVICES") or "").strip()
+    if not container or container in ("all", "none", "void"):
+        return []  # "all" names no count; the others none
+    return [str(index) for index in range(len([item for item in container.split(",") if item.strip()]))]
+
+
+def worker_gpus(gpus: Sequence[str], workers: int) -> list[str | None]:
+    """Each of a node's *workers* its own share of *gpus*, as CUDA_VISIBLE_DEVICES: the devices split evenly
+    in order; None for every worker (each sees all) when there are fewer devices than workers or none."""
+    if not gpus or len(gpus) < workers:
+        return [None] * workers
+    share = len(gpus) // workers
+    return [",".join(gpus[index * share:(index + 1) * share]) for index in range(workers)]
+
+
+def xgboost_env(topology: Topology, port: int, local: int) -> dict[str, str]:
+    """What Kubeflow's XGBoost plugin gives a pod, for one of this node's workers: the tracker on node 0 at the
+    plan's port, the worker count (every node's workers) and this worker's task id ``node*G+local``. Ids are
+    zero-padded to one width, so a tracker sorting by task (string order) ranks them as numbered."""
+    workers = len(topology.hosts) * topology.slots
+    width = len(str(workers - 1))
+    return {"DMLC_TRACKER_URI": topology.master, "DMLC_TRACKER_PORT": str(port),
+            "DMLC_TASK_ID": str(topology.rank * topology.slots + local).zfill(width),
+            "DMLC_NUM_WORKER": str(workers)}
+
+
+#: the tracker node 0's launch runs: a Python of the job's (it has xgboost), not hpc-bridge's own
+XGBOOST_TRACKER_CODE = """\
+import sys
+from xgboost.tracker import RabitTracker
+tracker = RabitTracker(n_workers=int(sys.argv[1]), host_ip="0.0.0.0", port=int(sys.argv[2]), sortby="task")
+tracker.start()
+tracker.wait_for()
+"""
+
+
+def xgboost_tracker_argv(command: Sequence[str], workers: int, port: int) -> list[str]:
+    """The tracker's command line: with the command's own Python when it runs one (that Python has xgboost),
+    else this one."""
+    program = command[0] if command and os.path.basename(command[0]).startswith("python") else sys.executable
+    return [program, "-c", XGBOOST_TRACKER_CODE, str(workers), str(port)]
+
+
+def jax_env(topology: Topology, port: int, gpus: Sequence[str]) -> dict[str, str]:
     """What Kubeflow's JAX plugin gives each pod, for this node's one process: the process count, its id and
     the coordinator (node 0, the plan's port); a script passes them to ``jax.distributed.initialize`` (which
-    does not read the first two itself). With GPUs visible, JAX_LOCAL_DEVICE_IDS names all of them, else
-    JAX's own Slurm/Open MPI detection would give each process its local rank's GPU only."""
+    does not read the first two itself). With GPUs visible (node_gpus), JAX_LOCAL_DEVICE_IDS names all of them,
+    else JAX's own Slurm/Open MPI detection would give each process its local rank's GPU only."""
     env = {"JAX_NUM_PROCESSES": str(len(topology.hosts)), "JAX_PROCESS_ID": str(topology.rank),
            "JAX_COORDINATOR_ADDRESS": f"{topology.master}:{port}"}
-    devices = [item for item in (visible_devices or "").split(",") if item.strip()]
-    if devices:
-        env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(index) for index in range(len(devices)))
+    if gpus:
+        env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(index) for index in range(len(gpus)))
     return env
 
 

@@ -451,46 +451,13 @@ def _start(argv: Sequence[str], env: Mapping[str, str], stdin: bytes | None = No
 
 
 def _wait_all(children: Sequence[_Child], kill_on_bad_exit: bool = False) -> int:
-    """The highest exit code (a signal N as 128+N), forwarding SIGTERM/SIGINT/SIGHUP to every task; with -K
-    the first task that fails ends the others."""
-    stopping: list[int] = []
+    """The highest exit code (a signal N as 128+N), forwarding the stop and checkpoint signals to every task;
+    with -K the first task that fails ends the others."""
+    from bridge.mpi.group import wait_all
 
-    def forward(signum: int, _frame: object) -> None:
-        stopping.append(signum)
-        for child in children:
-            _signal(child, signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    codes: list[int] = []
-    first_failure = None
-    try:
-        pending = list(children)
-        while pending:
-            pid, status = os.wait()
-            done = next((child for child in pending if child.proc.pid == pid), None)
-            if done is None:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            done.proc.returncode = code
-            code = done.code = 128 - code if code < 0 else code
-            codes.append(code)
-            pending.remove(done)
-            if code and kill_on_bad_exit and first_failure is None:
-                first_failure = code  # srun -K: the step ends with the task that failed, not the ones it ended
-                for child in pending:
-                    _signal(child, signal.SIGTERM)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    code = wait_all(children, kill_on_bad_exit)
     _report(children)
-    return first_failure if first_failure is not None else max(codes, default=0)
-
-
-def _signal(child: _Child, signum: int) -> None:
-    try:
-        os.killpg(child.proc.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+    return code
 
 
 # --- on a node: its tasks, and each task ------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import threading
 from pathlib import Path
 
@@ -433,3 +435,67 @@ def test_a_jax_runtime_renders_its_coordinates_on_every_hpc_backend() -> None:
         assert (prepared.plan.framework, prepared.plan.nodes) == ("jax", 2)
         # the launch arguments as each artifact spells them: a script line, a jobspec string, a YAML list
         assert re.search(r"--framework\W+jax\W+--rdzv-port\W+29500", prepared.artifact.text()), backend
+
+
+def test_the_gpus_a_node_sees_come_from_cuda_or_the_container_runtime() -> None:
+    from bridge.mpi.launchers import node_gpus, worker_gpus
+
+    assert node_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+    assert node_gpus({"CUDA_VISIBLE_DEVICES": "GPU-a, GPU-b", "NVIDIA_VISIBLE_DEVICES": "x"}) == ["GPU-a", "GPU-b"]
+    assert node_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []  # Flux: none
+    assert node_gpus({"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}) == ["0", "2"]  # CUDA stops at an invalid entry
+    # Kubernetes' device plugin: UUIDs in NVIDIA_VISIBLE_DEVICES, numbered from 0 inside the container
+    assert node_gpus({"NVIDIA_VISIBLE_DEVICES": "GPU-node-1-0,GPU-node-1-3"}) == ["0", "1"]
+    assert node_gpus({"NVIDIA_VISIBLE_DEVICES": "all"}) == node_gpus({"NVIDIA_VISIBLE_DEVICES": "void"}) == []
+    assert node_gpus({}) == []
+    assert worker_gpus(["4", "5", "6", "7"], 2) == ["4,5", "6,7"]
+    assert worker_gpus(["4", "5"], 2) == ["4", "5"]
+    assert worker_gpus(["4"], 2) == [None, None]  # fewer GPUs than workers: each sees what the node has
+    assert worker_gpus([], 3) == [None, None, None]
+
+
+def test_xgboost_workers_get_kubeflows_variables_one_task_per_gpu() -> None:
+    from bridge.mpi.discovery import Topology
+    from bridge.mpi.launchers import xgboost_env, xgboost_tracker_argv
+
+    second = Topology(("node-0", "node-1"), 1, 2)
+    assert xgboost_env(second, 29512, 1) == {"DMLC_TRACKER_URI": "node-0", "DMLC_TRACKER_PORT": "29512",
+                                             "DMLC_TASK_ID": "3", "DMLC_NUM_WORKER": "4"}
+    # 12 workers: ids padded to one width, so the tracker's string order is the numeric one
+    assert xgboost_env(Topology(tuple(f"n{i}" for i in range(6)), 0, 2), 1, 1)["DMLC_TASK_ID"] == "01"
+    argv = xgboost_tracker_argv(["/opt/env/bin/python3.12", "train.py"], 4, 29512)
+    assert argv[0] == "/opt/env/bin/python3.12" and argv[-2:] == ["4", "29512"]
+    assert xgboost_tracker_argv(["./train"], 4, 1)[0] == sys.executable
+
+
+def test_shared_node_jobs_move_the_coordinator_port_by_job_id() -> None:
+    from bridge.mpi import bootstrap
+
+    spec = bootstrap.LaunchSpec(launcher="plain", discovery="slurm", procs_per_node=1, command=("x",),
+                                rdzv_port=29500, framework="xgboost")
+    assert bootstrap.job_port(spec, {"SLURM_JOB_ID": "1234"}) == 29734
+    assert bootstrap.job_port(spec, {"SLURM_JOB_ID": "1235"}) == 29735  # the next job: another port
+    flux = spec._replace(discovery="flux")
+    assert bootstrap.job_port(flux, {"FLUX_JOB_ID": "ƒ2RyHVBf1"}) == bootstrap.job_port(flux, {"FLUX_JOB_ID": "ƒ2RyHVBf1"})
+    assert 29500 <= bootstrap.job_port(flux, {"FLUX_JOB_ID": "ƒ2RyHVBf1"}) < 29500 + bootstrap.PORT_SPREAD
+    assert bootstrap.job_port(spec._replace(discovery="jobset"), {"SLURM_JOB_ID": "7"}) == 29500  # own network
+    assert bootstrap.job_port(spec, {}) == 29500
+
+
+def test_an_xgboost_node_starts_each_worker_and_the_first_failure_ends_them(tmp_path) -> None:
+    from bridge.mpi import bootstrap
+    from bridge.mpi.discovery import Topology
+
+    out = tmp_path / "out"
+    out.mkdir()
+    # worker 1 fails at once; worker 0 would sleep a minute unless it is stopped
+    script = ('echo "$DMLC_TASK_ID $DMLC_NUM_WORKER ${CUDA_VISIBLE_DEVICES-none}" > "$OUT/$DMLC_TASK_ID"; '
+              '[ "$DMLC_TASK_ID" = 3 ] && exit 5; sleep 60; touch "$OUT/waited"')
+    spec = bootstrap.LaunchSpec(launcher="plain", discovery="explicit", procs_per_node=2,
+                                command=("sh", "-c", script), hosts=("a", "b"), node_rank=1, framework="xgboost")
+    code = bootstrap.run_xgboost(spec, Topology(("a", "b"), 1, 2),
+                                 {**os.environ, "OUT": str(out), "CUDA_VISIBLE_DEVICES": "6,7"})
+    assert code == 5
+    assert sorted(path.read_text() for path in out.iterdir()) == ["2 4 6\n", "3 4 7\n"]
+    with pytest.raises(InvalidSpec, match="HPCBRIDGE_XGBOOST_TRACKER"):
+        bootstrap.run_xgboost(spec, Topology(("a", "b"), 1, 2), {"HPCBRIDGE_XGBOOST_TRACKER": "both"})

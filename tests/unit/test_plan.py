@@ -170,3 +170,30 @@ def test_patch_naming_a_missing_job_rejected() -> None:
                     "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "ghost"}]}}}}]}}
     with pytest.raises(InvalidSpec, match="has no such replicated job"):
         resolve(load_documents(yaml.safe_dump(doc))[0], RT, cluster())
+
+
+def _builtin(name: str):
+    return next(runtime for runtime in builtin_runtimes() if runtime.metadata.name == name)
+
+
+def test_xgboost_counts_one_worker_per_gpu_and_validates_who_runs_the_tracker() -> None:
+    xgb = _builtin("xgboost-distributed")
+    plan = resolve(trainjob(numNodes=2, command=["python3", "t.py"],
+                            resourcesPerNode={"limits": {"nvidia.com/gpu": 4}}), xgb, cluster())
+    assert (plan.framework, plan.launcher, plan.nodes, plan.procs_per_node) == ("xgboost", Launcher.PLAIN, 2, 4)
+    assert resolve(trainjob(command=["x"]), xgb, cluster()).procs_per_node == 1
+    launch = [{"name": "HPCBRIDGE_XGBOOST_TRACKER", "value": "launch"}]
+    assert resolve(trainjob(command=["x"], env=launch), xgb, cluster()).procs_per_node == 1
+    with pytest.raises(InvalidSpec, match=r"spec\.trainer\.env\[HPCBRIDGE_XGBOOST_TRACKER\]: use one of script, launch \(got 'both'\)"):
+        resolve(trainjob(command=["x"], env=[{"name": "HPCBRIDGE_XGBOOST_TRACKER", "value": "both"}]), xgb, cluster())
+    with pytest.raises(InvalidSpec, match="only an xgboost runtime has a tracker"):
+        resolve(trainjob(command=["x"], env=launch), _builtin("torch-distributed"), cluster())
+
+
+def test_more_processes_than_gpus_per_node_is_said_once() -> None:
+    plan = resolve(trainjob(numProcPerNode=6, command=["x"]), RT, cluster())
+    assert [note for note in plan.notes if "share" in note] == [
+        "spec.trainer.numProcPerNode: 6 processes per node share 4 nvidia.com/gpu per node in replicated job "
+        "'node': some processes share a GPU (NCCL refuses two ranks on one GPU)"]
+    assert not [note for note in resolve(trainjob(numProcPerNode=4, command=["x"]), RT, cluster()).notes
+                if "share" in note]

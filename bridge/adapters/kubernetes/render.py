@@ -14,7 +14,7 @@ from typing import Any
 from bridge.api.loader import dump_yaml
 from bridge.api.names import check_labels
 from bridge.errors import InvalidSpec
-from bridge.mpi.bootstrap import LaunchSpec
+from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.mpi.hostfile import Peer, hostfile_for
 from bridge.mpi.ssh import CLIENT_KEY, DEFAULT_PORT, HOST_KEY
 from bridge.plan import (
@@ -461,7 +461,10 @@ def _launch(plan: LaunchPlan, container: dict[str, Any], trainer: dict[str, Any]
     # torchtune's `tune run` starts torchrun itself, from the rendezvous argument Kubeflow's rewriting gave it
     launcher = Launcher.PLAIN if tuple(command[:2]) == TORCHTUNE_ENTRYPOINT else plan.launcher
     common = {"launcher": launcher.value, "discovery": "jobset", "procs_per_node": plan.procs_per_node,
-              "nodes": plan.nodes, "command": command, "rdzv_port": plan.rdzv_port, "job_id": plan.uid}
+              "nodes": plan.nodes, "command": command, "rdzv_port": plan.rdzv_port, "job_id": plan.uid,
+              # the framework's coordinates as on every backend (and XGBoost's worker per GPU, which Kubeflow
+              # counts and never starts); the values the plugins above set are the same
+              "framework": launch_framework(plan.framework) if launcher is plan.launcher else ""}
     if plan.launcher in _OVER_SSH:
         spec = LaunchSpec(**common, hostfile=HOSTFILE_PATH, leader=hostnames(plan, trainer["name"], 1, subdomain)[0],
                           ssh_dir=plan.ssh_auth_mount_path or "/root/.ssh", ssh_port=DEFAULT_PORT,

@@ -1,0 +1,7 @@
+"""Environment variables the planner validates and ``hpcbridge launch`` reads: constants only, imported on
+every node's start-up path, so nothing heavy here."""
+
+#: who runs the XGBoost tracker: "script" (task 0's script, as with Kubeflow's runtime) or "launch" (node 0's
+#: hpcbridge launch, so scripts need no tracker code)
+XGBOOST_TRACKER_ENV = "HPCBRIDGE_XGBOOST_TRACKER"
+XGBOOST_TRACKERS = ("script", "launch")

@@ -1,0 +1,85 @@
+"""Several processes that end as one: an srun step's tasks, a node's XGBoost workers.
+
+Each child runs in its own session; the stop and checkpoint signals this process gets go to every child, and
+with ``kill_on_bad_exit`` the first child that fails ends the others (srun -K; a dead XGBoost worker must not
+leave its peers waiting on the tracker forever).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from typing import Protocol
+
+#: forwarded to every child: the stop signals, and the ones jobs checkpoint on
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class Member(Protocol):
+    """A started child: ``proc.pid``; ``code`` is set to its shell-style exit code once it ended."""
+
+    proc: object
+    code: int | None
+
+
+def signal_group(member: Member, signum: int) -> None:
+    try:
+        os.killpg(member.proc.pid, signum)  # type: ignore[attr-defined]
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_all(members: Sequence[Member], kill_on_bad_exit: bool = False, grace: float = 10.0) -> int:
+    """Wait for every member; the highest exit code (a signal N as 128+N), or with *kill_on_bad_exit* the code
+    of the first that failed (the others get SIGTERM, and SIGKILL *grace* seconds later)."""
+    import time
+
+    stopping: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        for member in members:
+            signal_group(member, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    codes: list[int] = []
+    first_failure = None
+    kill_at = None
+    try:
+        pending = list(members)
+        while pending:
+            if kill_at is not None:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    if time.monotonic() >= kill_at:
+                        for member in pending:
+                            signal_group(member, signal.SIGKILL)
+                        kill_at = float("inf")
+                    time.sleep(0.05)
+                    continue
+            else:
+                try:
+                    pid, status = os.wait()
+                except ChildProcessError:  # reaped elsewhere: its code is lost
+                    for member in pending:
+                        member.code = 1
+                    codes.append(1)
+                    break
+            done = next((member for member in pending if member.proc.pid == pid), None)  # type: ignore[attr-defined]
+            if done is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            done.proc.returncode = code  # type: ignore[attr-defined]
+            code = done.code = 128 - code if code < 0 else code
+            codes.append(code)
+            pending.remove(done)
+            if code and kill_on_bad_exit and first_failure is None:
+                first_failure = code  # the group ends with the member that failed, not the ones it ended
+                for member in pending:
+                    signal_group(member, signal.SIGTERM)
+                kill_at = time.monotonic() + grace
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return first_failure if first_failure is not None else max(codes, default=0)
