@@ -320,7 +320,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                       hosts=tuple(args.host), node_rank=args.node_rank, hostfile=args.hostfile,
                       rdzv_port=args.rdzv_port, job_id=args.job_id, ssh_dir=args.ssh_dir,
                       ssh_port=args.ssh_port, wait_timeout=args.wait_timeout, leader=args.leader,
-                      framework=args.framework)
+                      framework=args.framework, gpus_per_node=args.gpus_per_node)
     code = run(spec)
     # every node runs this at once: skip the interpreter's teardown (~5-8 ms of CPU each), output flushed
     sys.stdout.flush()
@@ -423,7 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leader", help="the peer that is rank 0 and starts the launcher (jobset: the MPI launcher pod)")
     p.add_argument("--rdzv-port", type=int, default=29500, help="torchrun rendezvous (JAX coordinator) port on node 0")
     p.add_argument("--framework", default="", help="jax: each node's process gets JAX_NUM_PROCESSES, JAX_PROCESS_ID "
-                                                  "and JAX_COORDINATOR_ADDRESS")
+                                                  "and JAX_COORDINATOR_ADDRESS; xgboost: --procs-per-node workers "
+                                                  "per node with DMLC_* and a GPU share each")
+    p.add_argument("--gpus-per-node", type=int, default=0,
+                   help="GPUs the scheduler gives each node's ranks (--launcher flux asks flux run for them)")
     p.add_argument("--job-id", default="", help="job identity (torchrun rendezvous id)")
     p.add_argument("--forward-env", action="append", default=[], help="variable the launcher forwards to ranks")
     p.add_argument("--ssh-dir", help="the job's SSH keys: ranks reach each other with sshd on --ssh-port")

@@ -40,7 +40,8 @@ MPI = ("openmpi", "mpich", "intel")
 
 _SPEC_DEFAULTS = {"nodes": None, "forward_env": (), "hosts": (), "node_rank": None, "hostfile": None,
                   "rdzv_port": 29500, "job_id": "", "ssh_dir": None, "ssh_port": ssh.DEFAULT_PORT,
-                  "wait_timeout": 120.0, "extra_env": None, "leader": None, "framework": ""}
+                  "wait_timeout": 120.0, "extra_env": None, "leader": None, "framework": "",
+                  "gpus_per_node": 0}
 
 
 class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_node", "command", *_SPEC_DEFAULTS],
@@ -69,6 +70,7 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
     extra_env: Mapping[str, str]
     leader: str | None
     framework: str
+    gpus_per_node: int
 
     def __new__(cls, *args, **kwargs) -> LaunchSpec:
         self = super().__new__(cls, *args, **kwargs)
@@ -99,6 +101,8 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
             args += ["--leader", self.leader]
         if self.framework:
             args += ["--framework", self.framework]
+        if self.gpus_per_node:
+            args += ["--gpus-per-node", str(self.gpus_per_node)]
         if self.launcher == "torchrun" or self.framework:
             args += ["--rdzv-port", str(self.rdzv_port)]
         if self.job_id:
@@ -143,7 +147,7 @@ def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
         if spec.discovery == "slurm":
             # a Flux-policy job on Slurm: srun is the PMI launcher there, as flux run is under Flux
             return launchers.srun_argv(topology, spec.command, mpi="pmix")
-        return launchers.flux_run_argv(topology, spec.command)
+        return launchers.flux_run_argv(topology, spec.command, spec.gpus_per_node)
     return list(spec.command)
 
 
@@ -568,8 +572,12 @@ def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str
         raise InvalidSpec(XGBOOST_TRACKER_ENV, mode, f"use one of {', '.join(XGBOOST_TRACKERS)}")
     gpus = launchers.node_gpus(env)
     shares = launchers.worker_gpus(gpus, spec.procs_per_node)
+    from bridge.mpi.group import LineRelay, wait_all
+
     members: list[_Worker] = []
     tracker = None
+    # one worker writes straight to our output; several go through a relay, each line whole
+    relay = LineRelay() if spec.procs_per_node > 1 else None
     try:
         if mode == "launch" and topology.rank == 0:
             argv = launchers.xgboost_tracker_argv(spec.command, len(topology.hosts) * spec.procs_per_node,
@@ -579,18 +587,23 @@ def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str
             worker_env = {**env, **launchers.xgboost_env(topology, spec.rdzv_port, local)}
             if shares[local] is not None:
                 worker_env["CUDA_VISIBLE_DEVICES"] = shares[local]
-            members.append(_Worker(Process(list(spec.command), worker_env, new_session=True)))
+            members.append(_Worker(Process(list(spec.command), worker_env, new_session=True,
+                                           outputs=relay.pipe() if relay else None)))
     except FileNotFoundError as exc:
         print(f"hpcbridge launch: {exc.filename or spec.command[0]}: command not found", file=sys.stderr)
         for member in [*members, *([tracker] if tracker else [])]:
             os.killpg(member.proc.pid, signal.SIGKILL)
             member.proc.wait()
         return 127
-    from bridge.mpi.group import wait_all
-
+    finally:
+        if relay is not None:
+            relay.started()
     # the tracker is one of them: a tracker that fails ends the workers, and node 0 ends when it does (once
     # every node's workers have shut down; those of the other nodes may still be training)
-    return wait_all([*([tracker] if tracker else []), *members], kill_on_bad_exit=True)
+    code = wait_all([*([tracker] if tracker else []), *members], kill_on_bad_exit=True)
+    if relay is not None:
+        relay.finish()
+    return code
 
 
 #: how many ports above the plan's a shared-node job's coordinator may move (job_port)

@@ -83,3 +83,74 @@ def wait_all(members: Sequence[Member], kill_on_bad_exit: bool = False, grace: f
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return first_failure if first_failure is not None else max(codes, default=0)
+
+
+class LineRelay:
+    """Copies what several children write to this process's stdout and stderr, each line whole (several
+    workers writing to one pipe would otherwise cut into each other's lines), in a thread.
+
+    ``pipe()`` gives a (stdout, stderr) pair of write ends for one child, to pass to spawn.Process(outputs=…)
+    and close here once it started (``started()``)."""
+
+    def __init__(self) -> None:
+        import selectors
+
+        self._selector = selectors.DefaultSelector()
+        self._partial: dict[int, bytes] = {}
+        self._writers: list[int] = []
+        self._thread = None
+
+    def pipe(self) -> tuple[int, int]:
+        import sys
+
+        ends = []
+        for target in (sys.stdout, sys.stderr):
+            read, write = os.pipe()
+            self._selector.register(read, 1, target.fileno())
+            self._partial[read] = b""
+            self._writers.append(write)
+            ends.append(write)
+        return ends[0], ends[1]
+
+    def started(self) -> None:
+        """The children hold the write ends now; ours go, so the pipes end when the children do."""
+        import threading
+
+        for write in self._writers:
+            os.close(write)
+        self._writers = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self._selector.get_map():
+            for key, _ in self._selector.select():
+                read, target = key.fd, key.data
+                data = os.read(read, 65536)
+                if not data:
+                    self._selector.unregister(read)
+                    os.close(read)
+                    if self._partial[read]:
+                        _write_all(target, self._partial[read] + b"\n")
+                    continue
+                *lines, self._partial[read] = (self._partial[read] + data).split(b"\n")
+                if lines:
+                    _write_all(target, b"".join(line + b"\n" for line in lines))
+
+    def finish(self, timeout: float = 5.0) -> None:
+        """Wait until every line is out (a child's own children may hold a pipe open: not beyond *timeout*)."""
+        for write in self._writers:
+            os.close(write)
+        self._writers = []
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return  # our own output is gone: nothing to tell

@@ -203,9 +203,15 @@ def calls_torchrun(command: Sequence[str]) -> bool:
     return bool(command) and os.path.basename(command[0]) == "torchrun"
 
 
-def flux_run_argv(topology: Topology, command: Sequence[str]) -> list[str]:
-    # --tasks-per-node is a per-resource option: flux run refuses it together with --ntasks
-    return ["flux", "run", f"--nodes={len(topology.hosts)}", f"--tasks-per-node={topology.slots}", *command]
+def flux_run_argv(topology: Topology, command: Sequence[str], gpus_per_node: int = 0) -> list[str]:
+    """MPI ranks started by Flux's shell. Each node's GPUs are asked for per node: without them Flux's
+    gpu-affinity gives every task CUDA_VISIBLE_DEVICES=-1; with them each rank sees all of its node's, as under
+    mpirun, and picks its own by local rank. --tasks-per-node and --gpus-per-node are per-resource options:
+    flux run refuses them together with --ntasks or the per-task ones."""
+    argv = ["flux", "run", f"--nodes={len(topology.hosts)}", f"--tasks-per-node={topology.slots}"]
+    if gpus_per_node:
+        argv.append(f"--gpus-per-node={gpus_per_node}")
+    return [*argv, *command]
 
 
 def srun_argv(topology: Topology, command: Sequence[str], mpi: str | None = None) -> list[str]:

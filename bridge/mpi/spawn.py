@@ -36,14 +36,17 @@ class Process:
     """
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None, *, new_session: bool = False,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, outputs: tuple[int, int] | None = None) -> None:
+        """*outputs*: descriptors that become the child's stdout and stderr (the write ends of pipes)."""
         env = os.environ if env is None else env
         program = which(argv[0], env.get("PATH", os.defpath))
         if program is None:
             raise FileNotFoundError(2, "command not found", argv[0])
-        actions = []
+        actions: list[tuple] = []
         if quiet:
             actions = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+        elif outputs is not None:
+            actions = [(os.POSIX_SPAWN_DUP2, outputs[0], 1), (os.POSIX_SPAWN_DUP2, outputs[1], 2)]
         self.args = list(argv)
         self.returncode: int | None = None
         self.pid = os.posix_spawn(program, self.args, env, file_actions=actions, setsid=new_session,

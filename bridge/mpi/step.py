@@ -527,7 +527,10 @@ def _labelled(command: Sequence[str], env: Mapping[str, str], prefix: bytes) -> 
     import subprocess
 
     try:
-        proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # a PMI-1 wire descriptor (Flux's shell, Hydra) stays open: it is how the MPI program finds its launcher
+        pmi_fd = env.get("PMI_FD", "")
+        proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=(int(pmi_fd),) if pmi_fd.isdigit() else ())
     except FileNotFoundError:
         sys.stderr.buffer.write(prefix + f"srun: error: {command[0]}: command not found\n".encode())
         return 127

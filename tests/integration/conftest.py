@@ -4,9 +4,11 @@ per run, whoever needs them first, and are stopped by PID."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -77,7 +79,7 @@ def real_kube() -> Iterator[RealNodeCluster]:
     """The control plane with real kubelet nodes that run containers (tests/harness/kubelet.py), started once
     when a test asks for it; the first run on a machine builds kubelet, CoreDNS and the node image."""
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-real-kube-"))
-    cluster = RealNodeCluster(base)
+    cluster = RealNodeCluster(base, gpus=4)  # 4 fake GPUs on each GPU node: two pods of 2 GPUs fit on one
     try:
         cluster.start()
         yield cluster
@@ -103,7 +105,14 @@ def flux_uri():
         pytest.skip("flux-core is not on PATH (Debian 12 has no package; build it by hand to run these)")
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-flux-"))
     uri_file = base / "uri"
-    proc = subprocess.Popen([FLUX, "start", "--test-size=2", "bash", "-c",
+    # two brokers on this machine, each with its cores and two fake GPUs (as on a GPU cluster, Flux assigns
+    # them and its gpu-affinity sets CUDA_VISIBLE_DEVICES); resources from this R, not probed
+    host = socket.gethostname()
+    (base / "R.json").write_text(json.dumps({"version": 1, "execution": {
+        "R_lite": [{"rank": "0-1", "children": {"core": f"0-{max(os.cpu_count() or 1, 2) - 1}", "gpu": "0-1"}}],
+        "starttime": 0, "expiration": 0, "nodelist": [f"{host},{host}"]}}))
+    (base / "flux.toml").write_text(f'[resource]\npath = "{base / "R.json"}"\nnoverify = true\n')
+    proc = subprocess.Popen([FLUX, "start", "--test-size=2", f"-o,--config-path={base / 'flux.toml'}", "bash", "-c",
                              f'echo "$FLUX_URI" > {uri_file}; exec sleep infinity'],
                             stdout=open(base / "broker.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     try:

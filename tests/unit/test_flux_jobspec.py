@@ -33,6 +33,37 @@ def test_batch_and_direct_shapes() -> None:
     assert direct["attributes"]["user"]["hpcbridge"]["uid"] == "0b7f9d2e-0000-4000-8000-000000000005"
 
 
+def test_gpus_reach_every_task_flux_starts() -> None:
+    """Flux gives a task no GPU unless it asks (gpu-affinity then sets CUDA_VISIBLE_DEVICES=-1): the flux policy
+    asks per task, or per node when the GPUs don't split over the ranks; each node's launch asks for all of the
+    node's GPUs; MPI ranks ask per node."""
+    import dataclasses
+
+    from bridge.adapters.flux.render import batch_script, direct_jobspec
+    from bridge.api.catalog import builtin_runtimes
+    from bridge.api.cluster import BridgeCluster
+    from bridge.api.loader import load_file
+    from bridge.mpi import launchers
+    from bridge.mpi.discovery import Topology
+    from bridge.plan import find_runtime, resolve
+
+    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                            "metadata": {"name": "f"}, "spec": {"type": "flux"}})
+    trainjob = load_file(GOLDEN.parent / "cases" / "flux-2x4.yaml")[0]
+    plan = resolve(trainjob, find_runtime(trainjob, builtin_runtimes()), cluster)
+    even = direct_jobspec(plan)["resources"][0]["with"][0]
+    assert (even["count"], even["with"][1]) == (4, {"type": "gpu", "count": 1})  # 4 GPUs, 4 ranks
+    uneven = direct_jobspec(dataclasses.replace(plan, resources=dataclasses.replace(plan.resources, gpus=2)))
+    slot = uneven["resources"][0]["with"][0]
+    assert (slot["count"], slot["with"][1], uneven["tasks"][0]["count"]) == (
+        1, {"type": "gpu", "count": 2}, {"per_slot": 4})  # 2 GPUs shared by the node's 4 ranks
+    xgb = load_file(GOLDEN.parent / "cases" / "xgboost-2x2-gpus.yaml")[0]
+    script = batch_script(resolve(xgb, find_runtime(xgb, builtin_runtimes()), cluster))
+    assert "exec flux run --nodes=2 --ntasks=2 --cores-per-task=4 --gpus-per-task=2 hpcbridge launch" in script
+    assert launchers.flux_run_argv(Topology(("a", "b"), 0, 4), ["x"], 2) == [
+        "flux", "run", "--nodes=2", "--tasks-per-node=4", "--gpus-per-node=2", "x"]
+
+
 BASE = json.loads((GOLDEN / "flux-2x4.jobspec.json").read_text())
 
 

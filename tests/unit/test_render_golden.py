@@ -19,7 +19,8 @@ from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
-CASE_NAMES = ["torch-cpu-2nodes", "mpi-4x2-openmpi", "gpu-8x4-queue", "hostile", "flux-2x4", "steps-script"]
+CASE_NAMES = ["torch-cpu-2nodes", "mpi-4x2-openmpi", "gpu-8x4-queue", "hostile", "flux-2x4", "steps-script",
+              "xgboost-2x2-gpus", "mpi-2x4-gpus2"]
 SUFFIX = {"slurm": "sbatch", "flux": "jobspec.json", "kubernetes": "jobset.yaml", "local": "local.yaml"}
 
 

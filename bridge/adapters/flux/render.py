@@ -39,8 +39,13 @@ def batch_script(plan: LaunchPlan) -> str:
         rdzv_port=plan.rdzv_port,
         job_id=plan.uid,
         framework=launch_framework(plan.framework),
+        gpus_per_node=plan.resources.gpus if plan.launcher in MPI_LAUNCHERS else 0,
     )
     launch = join([*plan.launch_command, *spec.to_args()])
+    # one launch per node holding all of the node's cores and GPUs: flux run's default is one core and, on
+    # an instance with GPUs, none (Flux then sets CUDA_VISIBLE_DEVICES=-1)
+    node_task = [f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}", f"--cores-per-task={_node_cores(plan)}",
+                 *([f"--gpus-per-task={plan.resources.gpus}"] if plan.resources.gpus else [])]
     lines = [
         "#!/bin/bash",
         comment(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
@@ -50,7 +55,7 @@ def batch_script(plan: LaunchPlan) -> str:
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
         # here, not in the jobspec's environment: the subinstance's broker drops SLURM_* from what it inherits
         *(f"export {name}={quote(value)}" for name, value in script_env(plan).items()),
-        f"exec flux run --nodes={plan.nodes} --tasks-per-node=1 {launch}" if per_node else f"exec {launch}",
+        f"exec flux run {' '.join(node_task)} {launch}" if per_node else f"exec {launch}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -127,10 +132,14 @@ def _user(plan: LaunchPlan) -> dict[str, Any]:
     return {"hpcbridge": {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name, "cluster": plan.cluster}}
 
 
+def _node_cores(plan: LaunchPlan) -> int:
+    """Cores per node of a batch job: what it asks for, and at least one per process."""
+    return max(plan.resources.cpu_count or 0, plan.procs_per_node, 1)
+
+
 def batch_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> dict[str, Any]:
     """``flux batch`` style: one broker per node runs a subinstance whose initial program is the script."""
-    cores = max(plan.resources.cpu_count or 0, plan.procs_per_node, 1)
-    slot_with: list[dict[str, Any]] = [{"type": "core", "count": cores}]
+    slot_with: list[dict[str, Any]] = [{"type": "core", "count": _node_cores(plan)}]
     if plan.resources.gpus:
         slot_with.append({"type": "gpu", "count": plan.resources.gpus})
     system = _system(plan, base_env)
@@ -149,17 +158,25 @@ def batch_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> d
 
 def direct_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> dict[str, Any]:
     """``flux run -N nodes -n nodes*procs -c cores -g gpus`` style: Flux's shell starts every rank (PMI)."""
-    per_task_cores = max(1, (plan.resources.cpu_count or plan.procs_per_node) // plan.procs_per_node)
-    slot_with: list[dict[str, Any]] = [{"type": "core", "count": per_task_cores}]
-    gpus_per_task = plan.resources.gpus // plan.procs_per_node if plan.resources.gpus else 0
-    if gpus_per_task:
-        slot_with.append({"type": "gpu", "count": gpus_per_task})
+    procs, gpus = plan.procs_per_node, plan.resources.gpus
+    per_task_cores = max(1, (plan.resources.cpu_count or procs) // procs)
+    if gpus and gpus % procs:
+        # GPUs that don't split evenly over the ranks (2 GPUs, 4 ranks): one slot per node holds them all, and
+        # its ranks share them; a slot per rank could ask for no GPU at all
+        slot = {"type": "slot", "count": 1, "label": "task",
+                "with": [{"type": "core", "count": per_task_cores * procs}, {"type": "gpu", "count": gpus}]}
+        per_slot = procs
+    else:
+        slot_with: list[dict[str, Any]] = [{"type": "core", "count": per_task_cores}]
+        if gpus:
+            slot_with.append({"type": "gpu", "count": gpus // procs})
+        slot = {"type": "slot", "count": procs, "label": "task", "with": slot_with}
+        per_slot = 1
     return {
         "version": 1,
         "resources": [{"type": "node", "count": plan.nodes,
-                       **({"exclusive": True} if plan.options.exclusive else {}),
-                       "with": [{"type": "slot", "count": plan.procs_per_node, "label": "task", "with": slot_with}]}],
-        "tasks": [{"command": list(plan.exec_argv), "slot": "task", "count": {"per_slot": 1}}],
+                       **({"exclusive": True} if plan.options.exclusive else {}), "with": [slot]}],
+        "tasks": [{"command": list(plan.exec_argv), "slot": "task", "count": {"per_slot": per_slot}}],
         "attributes": {"system": _system(plan, base_env), "user": _user(plan)},
     }
 

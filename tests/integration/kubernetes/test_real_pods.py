@@ -255,31 +255,56 @@ def test_the_same_trainjob_gives_the_same_result_locally_on_slurm_and_on_kuberne
     assert results["local"] == results["slurm"] == results["real"] == ["allreduce result: 10 OK"], results
 
 
+def with_host_python(real: Real, tmp_path: Path, example: str) -> Path:
+    """examples/<example>.yaml, one pod per node, whose pods import this machine's Python packages (torch,
+    jax, xgboost) as a read-only software tree from the node's disk (a runtime patch adds the volume), as HPC
+    sites share one over NFS: PyPI's torch alone is 4 GB, too big to copy into a node image and a containerd
+    store per node. The runtime's image is mapped to the node image."""
+    site = str(Path(yaml.__file__).resolve().parents[1])  # this venv's site-packages
+    doc = yaml.safe_load((ROOT / "examples" / f"{example}.yaml").read_text())
+    doc["metadata"].setdefault("annotations", {})["hpcbridge.io/exclusive"] = "true"
+    doc["spec"]["runtimePatches"] = [{"manager": "hpcbridge.test/host-python", "trainingRuntimeSpec": {"template": {
+        "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "volumes": [{"name": "site", "hostPath": {"path": site, "type": "Directory"}}],
+            "containers": [{"name": "node", "env": [{"name": "PYTHONPATH", "value": site}],
+                            "volumeMounts": [{"name": "site", "mountPath": site, "readOnly": True}]}]}}}}}]}}}}]
+    job = tmp_path / f"{example}.yaml"
+    job.write_text(yaml.safe_dump(doc))
+    runtime = next(item for item in yaml.safe_load_all((ROOT / "bridge" / "api" / "builtin_runtimes.yaml").read_text())
+                   if item["metadata"]["name"] == doc["spec"]["runtimeRef"]["name"])
+    runtime_image = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"]["containers"][0]["image"]
+    config = yaml.safe_load(Path(real.env["HPCBRIDGE_CONFIG"]).read_text())
+    config["spec"]["kubernetes"]["images"][runtime_image] = real.cluster.images["node"].ref
+    Path(real.env["HPCBRIDGE_CONFIG"]).write_text(yaml.safe_dump(config))
+    return job
+
+
+def test_jax_and_xgboost_examples_run_across_pods_on_two_nodes(real, tmp_path) -> None:
+    """examples/jax-allgather.yaml and examples/xgboost-train.yaml, unchanged but for the packages' volume, on
+    2 pods (one per node): the JAX processes meet at pod 0's coordinator and allgather; the XGBoost workers
+    meet at task 0's tracker and end with one model."""
+    pytest.importorskip("jax", reason="jax is not installed (scripts/setup.sh --all installs it)")
+    pytest.importorskip("xgboost", reason="xgboost is not installed (scripts/setup.sh --all installs xgboost-cpu)")
+    for example, name in (("jax-allgather", "jax-allgather"), ("xgboost-train", "xgboost-train")):
+        submitted, placed = submit_and_watch(real, with_host_python(real, tmp_path, example), name)
+        logs = real.cli("logs", name, "--cluster", "real")
+        assert submitted.returncode == 0, submitted.stderr + logs.stdout
+        assert len(placed) == 2 and set(placed.values()) == set(real.cluster.node_names), placed
+        if example == "jax-allgather":
+            assert sorted(re.findall(r"process \d/\d: allgather \[[\d, ]*\]", logs.stdout)) == [
+                "process 0/2: allgather [0, 1]", "process 1/2: allgather [0, 1]"], logs.stdout
+        else:
+            models = dict(re.findall(r"worker (\d)/2 task \d: model ([0-9a-f]{16})", logs.stdout))
+            assert sorted(models) == ["0", "1"] and len(set(models.values())) == 1, logs.stdout
+
+
 def test_torch_ddp_example_runs_across_pods_on_two_nodes(real, tmp_path) -> None:
     """examples/torch-ddp.yaml on the built-in torch-distributed runtime: `hpcbridge launch` starts torchrun in
     each of the 2 pods (on different nodes), which meet at node 0's c10d rendezvous over the pod network and
-    average one gradient with gloo. torch reaches the pods as a read-only software tree from the node's disk
-    (this machine's own torch, a runtime patch adds the volume), as HPC sites share one over NFS: PyPI's wheel
-    set is 4 GB, too big to copy into a node image and a containerd store per node."""
-    import torch
-
-    site = str(Path(torch.__file__).resolve().parents[1])
-    text = EXAMPLE.with_name("torch-ddp.yaml").read_text()
-    doc = yaml.safe_load(text)
-    doc["metadata"].setdefault("annotations", {})["hpcbridge.io/exclusive"] = "true"
-    doc["spec"]["runtimePatches"] = [{"manager": "hpcbridge.test/torch", "trainingRuntimeSpec": {"template": {
-        "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
-            "volumes": [{"name": "torch", "hostPath": {"path": site, "type": "Directory"}}],
-            "containers": [{"name": "node", "env": [{"name": "PYTHONPATH", "value": site}],
-                            "volumeMounts": [{"name": "torch", "mountPath": site, "readOnly": True}]}]}}}}}]}}}}]
-    job = tmp_path / "torch-ddp.yaml"
-    job.write_text(yaml.safe_dump(doc))
-    config = yaml.safe_load(Path(real.env["HPCBRIDGE_CONFIG"]).read_text())
-    runtime_image = yaml.safe_load_all(
-        (ROOT / "bridge" / "api" / "builtin_runtimes.yaml").read_text()).__next__()["spec"]["template"]["spec"][
-        "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
-    config["spec"]["kubernetes"]["images"][runtime_image] = real.cluster.images["node"].ref
-    Path(real.env["HPCBRIDGE_CONFIG"]).write_text(yaml.safe_dump(config))
+    average one gradient with gloo. torch reaches the pods from this machine's disk (with_host_python)."""
+    pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh --all installs it)")
+    job = with_host_python(real, tmp_path, "torch-ddp")
     submitted, placed = submit_and_watch(real, job, "torch-ddp")
     logs = real.cli("logs", "torch-ddp", "--cluster", "real")
     assert submitted.returncode == 0, submitted.stderr + logs.stdout
