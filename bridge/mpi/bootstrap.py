@@ -634,6 +634,7 @@ def run(spec: LaunchSpec) -> int:
         spec = spec._replace(rdzv_port=job_port(spec, os.environ))
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
                                   rank=spec.node_rank, hostfile=spec.hostfile, leader=spec.leader)
+    report_gpus(topology, launchers.node_gpus(os.environ))
     workdir = private_workdir(spec.job_id)
     try:
         if spec.launcher == "script":
@@ -644,14 +645,10 @@ def run(spec: LaunchSpec) -> int:
                 return serve_peer(spec, topology, keys, workdir)
             return lead(spec, topology, keys, workdir)
         if spec.framework == "xgboost":
-            env = child_env(spec, os.environ, topology)
-            report_gpus(topology, launchers.node_gpus(env))
-            return run_xgboost(spec, topology, env)
+            return run_xgboost(spec, topology, child_env(spec, os.environ, topology))
         argv = launch_argv(spec, topology, workdir)
         if argv is None:
             return 0
-        env = child_env(spec, os.environ, topology)
-        report_gpus(topology, launchers.node_gpus(env))
-        return run_child(argv, env)
+        return run_child(argv, child_env(spec, os.environ, topology))
     finally:
         remove_workdir(workdir)
