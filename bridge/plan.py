@@ -180,6 +180,23 @@ class BatchScript:
 
 
 @dataclass(frozen=True)
+class PodGroupPlan:
+    """A runtime's gang policy: ``coscheduling`` (scheduler-plugins) or ``volcano``, as Kubeflow reads it."""
+
+    kind: str
+    #: coscheduling's scheduleTimeoutSeconds (Kubeflow's default 60)
+    schedule_timeout_seconds: int | None = None
+    #: volcano's networkTopology, as the runtime gives it
+    network_topology: Mapping[str, Any] | None = None
+    #: the pods' schedulerName (the cluster's, or "volcano"); None leaves the pods' own
+    scheduler_name: str | None = None
+
+
+#: the label Kueue reads a job's LocalQueue from
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     """Everything an adapter needs, decided. Rendering a plan is pure: same plan, same bytes."""
 
@@ -231,6 +248,12 @@ class LaunchPlan:
     #: the cluster's own copies of images (kubernetes): (image named, image run), and the pull policy to write
     image_map: tuple[tuple[str, str], ...] = ()
     image_pull_policy: str | None = None
+    #: the runtime's podGroupPolicy: on Kubernetes a PodGroup of the cluster's gang scheduler; on Slurm and Flux
+    #: the allocation itself (every node starts together), which the artifact says
+    pod_group: PodGroupPlan | None = None
+    #: the Kueue LocalQueue the JobSet is queued in (kubernetes): submit --queue, else the TrainJob's
+    #: kueue.x-k8s.io/queue-name label, else the cluster's spec.kubernetes.queue
+    queue: str | None = None
 
     @property
     def total_procs(self) -> int:
@@ -376,8 +399,10 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         _check_directive_value(source, workdir)
     _check_free_text(argv, env)
     launch_command = tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch"))
-    notes = _gang_note(runtime, cluster) if cluster.spec.type == "kubernetes" else \
+    pod_group = _pod_group(runtime, cluster)
+    notes = () if cluster.spec.type == "kubernetes" else \
         _unhonoured(trainjob, runtime, template, trainer_job, container, image, cluster)
+    queue = _queue(trainjob, cluster)
     notes += _gpu_note(framework, procs, resources, trainer_job.name)
     _check_xgboost_tracker(framework, env)
 
@@ -419,6 +444,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         notes=notes,
         image_map=tuple(sorted(cluster.spec.kubernetes.images.items())) if cluster.spec.kubernetes else (),
         image_pull_policy=cluster.spec.kubernetes.image_pull_policy if cluster.spec.kubernetes else None,
+        pod_group=pod_group,
+        queue=queue,
     )
     check_identity(plan)
     return plan
@@ -443,20 +470,43 @@ def _check_xgboost_tracker(framework: str, env) -> None:
                               f"only an xgboost runtime has a tracker; this one's policy is {framework}")
 
 
-def _gang_note(runtime, cluster: BridgeCluster) -> tuple[str, ...]:
-    """A runtime's podGroupPolicy on Kubernetes: hpc-bridge makes no PodGroup yet, so pods are scheduled one by
-    one; said (or refused, with ``mustHonour``), never dropped. A Slurm or Flux allocation starts every node
-    together, which is what the policy asks for."""
+def _pod_group(runtime, cluster: BridgeCluster) -> PodGroupPlan | None:
+    """A runtime's podGroupPolicy, honoured or refused, never dropped. On Kubernetes the cluster must run that
+    gang scheduler (spec.kubernetes.gangScheduler), or the pods would be scheduled one by one and a job could
+    hold half its nodes forever; on Slurm and Flux one allocation starts every node together, which is what the
+    policy asks for."""
     policy = runtime.spec.pod_group_policy
     if policy is None:
-        return ()
+        return None
     kind = "coscheduling" if policy.coscheduling is not None else "volcano"
-    where = f"runtime {runtime.name}: spec.podGroupPolicy.{kind}"
-    required = set(cluster.spec.defaults.must_honour)
-    if "podGroupPolicy" in required or "*" in required:
-        raise InvalidSpec(where, kind, f"gang scheduling is not honoured on Kubernetes yet (no PodGroup is made), and "
-                          f"cluster {cluster.name!r} requires it honoured (spec.defaults.mustHonour)")
-    return (f"{where}: not honoured yet: no PodGroup is made, so the pods are scheduled one by one",)
+    if cluster.spec.type == "kubernetes":
+        has = cluster.spec.kubernetes.gang_scheduler if cluster.spec.kubernetes else None
+        if has != kind:
+            raise InvalidSpec(f"runtime {runtime.name}: spec.podGroupPolicy.{kind}", kind,
+                              f"cluster {cluster.name!r} has {'no gang scheduler' if has is None else has} "
+                              f"(spec.kubernetes.gangScheduler): its pods would be scheduled one by one")
+    conn = cluster.spec.kubernetes
+    if kind == "coscheduling":
+        timeout = policy.coscheduling.schedule_timeout_seconds
+        return PodGroupPlan(kind, 60 if timeout is None else timeout,
+                            scheduler_name=conn.scheduler_name if conn else None)
+    return PodGroupPlan(kind, network_topology=policy.volcano.network_topology,
+                        scheduler_name=(conn.scheduler_name if conn else None) or "volcano")
+
+
+def gang_note(plan: LaunchPlan) -> str | None:
+    """What an HPC artifact says of the runtime's gang policy: one allocation is already a gang."""
+    if plan.pod_group is None:
+        return None
+    return (f"runtime {plan.runtime_name}'s podGroupPolicy.{plan.pod_group.kind} is met by the allocation "
+            f"itself: all {plan.nodes} nodes start together or not at all")
+
+
+def _queue(trainjob: TrainJob, cluster: BridgeCluster) -> str | None:
+    labelled = (trainjob.metadata.labels or {}).get(QUEUE_LABEL)
+    if labelled:
+        return labelled
+    return cluster.spec.kubernetes.queue if cluster.spec.type == "kubernetes" and cluster.spec.kubernetes else None
 
 
 #: what a non-Kubernetes backend reads of the trainer's container; every other container field is Kubernetes'

@@ -49,6 +49,7 @@ from bridge.plan import (
     Launcher,
     LaunchPlan,
     check_shell_env,
+    gang_note,
     job_environment,
     script_env,
 )
@@ -156,6 +157,8 @@ def render_layout(plan: LaunchPlan) -> str:
         "timeLimitSeconds": plan.time_limit_seconds,
         "processGroups": [{"node": p.node, "argv": list(p.argv), "env": dict(p.env)} for p in layout(plan)],
     }
+    if gang_note(plan):
+        document["gang"] = gang_note(plan)
     return dump_yaml([document])
 
 

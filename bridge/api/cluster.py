@@ -16,6 +16,7 @@ from bridge.api.names import (
     check_dns1123_label,
     check_dns1123_subdomain,
     check_host,
+    check_label_value,
     check_one_line,
     check_user_name,
 )
@@ -158,6 +159,15 @@ class KubernetesConnection(_Remote):
     images: dict[str, str] = Field(default_factory=dict, max_length=256)
     #: imagePullPolicy written on every container (e.g. Never where images are preloaded on the nodes)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    #: the gang scheduler this cluster runs: a runtime's podGroupPolicy of that kind gets its PodGroup, any other
+    #: is refused (never dropped)
+    gang_scheduler: Literal["coscheduling", "volcano"] | None = None
+    #: the pods' schedulerName under the gang scheduler (default: none for coscheduling, which Kubeflow leaves
+    #: to the cluster's default scheduler profile; "volcano" for Volcano)
+    scheduler_name: str | None = None
+    #: the Kueue LocalQueue a JobSet is queued in when neither submit --queue nor the TrainJob's
+    #: kueue.x-k8s.io/queue-name label names one
+    queue: str | None = None
 
     @field_validator("images")
     @classmethod
@@ -167,6 +177,16 @@ class KubernetesConnection(_Remote):
                 if not value or len(value) > 512 or any(c.isspace() for c in value):
                     raise ValueError(f"image names are one word without whitespace: {value!r}")
         return images
+
+    @field_validator("scheduler_name")
+    @classmethod
+    def _scheduler_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_dns1123_subdomain(value)
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str | None) -> str | None:
+        return None if value is None else check_label_value(value)
 
     @field_validator("context")
     @classmethod

@@ -31,3 +31,21 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if suffix in _BINARY:
         return amount * _BINARY[suffix]
     return amount * _DECIMAL[suffix or ""]
+
+
+_LARGEST_FIRST = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def format_quantity(value: Fraction) -> str:
+    """A quantity as Kubernetes writes one: whole numbers plain, or in the largest binary unit that divides
+    them exactly (memory); fractions in milli-units (CPU), else as a decimal."""
+    if value.denominator == 1:
+        whole = value.numerator
+        for suffix, size in _LARGEST_FIRST:
+            if whole >= size and whole % size == 0:
+                return f"{whole // size}{suffix}"
+        return str(whole)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return f"{float(value):g}"

@@ -153,6 +153,11 @@ COMPONENTS: tuple[Component, ...] = (
               ("github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",), ("trainer-controller-manager",)),
 )
 
+#: Kueue's controller manager (v0.17, its own module: it pins client-go v0.35), built and started only for the
+#: tests that queue jobs (tests/harness/kueue.py)
+KUEUE = Component("kueue", BUILD_ROOT / "kueue", "sigs.k8s.io/kueue", ("sigs.k8s.io/kueue/cmd/kueue",), ("kueue",),
+                  lambda version: [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}"])
+
 #: kustomize, built when a test of manifests/ asks for it: `kustomize build` is what `kubectl apply -k` applies
 KUSTOMIZE = Component("kustomize", BUILD_ROOT / "kustomize", "sigs.k8s.io/kustomize/kustomize/v5",
                       ("sigs.k8s.io/kustomize/kustomize/v5",), ("kustomize",))
@@ -806,6 +811,105 @@ class KubeCluster:
             else:
                 admission.create_validating_webhook_configuration(doc)
         return src
+
+    #: Kueue's webhooks the tests need (its queues, and the two integrations it runs with); the others serve
+    #: kinds this cluster has no controller for and stay unregistered (a registered webhook with failurePolicy
+    #: Fail would refuse their objects whenever Kueue is down)
+    KUEUE_WEBHOOKS = ("clusterqueue", "resourceflavor", "cohort", "workload", "trainjob", "jobset")
+    KUEUE_NAMESPACE = "kueue-system"
+    #: where Kueue v0.17 reads its metrics certificate, hard-coded (it exits without one, even with metrics off)
+    KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+
+    def start_kueue(self, timeout: float = 180.0) -> Path:
+        """Kueue's controller manager (v0.17, built from its Go module) on this cluster, as the cluster's own
+        would run but out of cluster: its CRDs (server-side), the TrainJob and JobSet integrations, its webhooks
+        registered by URL on loopback with this cluster's serving certificate, internal cert management off.
+        Needs the TrainJob and JobSet CRDs already served. Returns Kueue's module directory."""
+        import base64
+
+        from kubernetes import client
+
+        binary = ensure_built((KUEUE,))["kueue"]
+        src = module_dir(KUEUE)
+        deadline = time.monotonic() + timeout
+        ext = client.ApiextensionsV1Api(self._client)
+        names = []
+        for path in sorted((src / "config" / "components" / "crd" / "bases").glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+            # the Workload CRD is 1.4 MB: created, never client-side applied (its annotation would not fit)
+            with contextlib.suppress(client.exceptions.ApiException):
+                ext.create_custom_resource_definition(crd)
+            names.append(crd["metadata"]["name"])
+        for name in names:
+            self._wait(f"CRD {name} Established", deadline, lambda n=name: any(
+                c.type == "Established" and c.status == "True"
+                for c in ext.read_custom_resource_definition(n).status.conditions or []))
+        core = client.CoreV1Api(self._client)
+        with contextlib.suppress(client.exceptions.ApiException):
+            core.create_namespace({"metadata": {"name": self.KUEUE_NAMESPACE}})
+        certs = self.base_dir / "kueue-certs"
+        certs.mkdir(exist_ok=True)
+        self.KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        for directory in (certs, self.KUEUE_METRICS_CERTS):
+            shutil.copyfile(self.pki["serving"], directory / "tls.crt")
+            shutil.copyfile(self.pki["serving_key"], directory / "tls.key")
+        webhook_port, health_port = _free_ports(2)
+        config = self.base_dir / "kueue-config.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "namespace": self.KUEUE_NAMESPACE, "leaderElection": {"leaderElect": False},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"}, "metrics": {"bindAddress": "0"},
+            "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(certs)},
+            "internalCertManagement": {"enable": False},
+            # VisibilityOnDemand wants certificates of its own; TopologyAwareScheduling dry-runs a Workload on
+            # every TrainJob update, so a deleted runtime would block even a finalizer's removal
+            "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": False},
+            "integrations": {"frameworks": ["trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset"]},
+        }), encoding="utf-8")
+        self._spawn("kueue", [str(binary), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
+                              "--zap-log-level=2"])
+        self._wait("kueue /readyz", deadline, lambda: self._http_ok(f"http://127.0.0.1:{health_port}/readyz"))
+        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
+        admission = client.AdmissionregistrationV1Api(self._client)
+        manifests = src / "config" / "components" / "webhook" / "manifests.yaml"
+        for doc in (d for d in yaml.safe_load_all(manifests.read_text(encoding="utf-8")) if d):
+            doc["metadata"]["name"] = f"kueue-{doc['metadata']['name']}"
+            doc["webhooks"] = [hook for hook in doc["webhooks"]
+                               if hook["name"][1:].split(".")[0] in self.KUEUE_WEBHOOKS]
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
+            if doc["kind"] == "MutatingWebhookConfiguration":
+                admission.create_mutating_webhook_configuration(doc)
+            else:
+                admission.create_validating_webhook_configuration(doc)
+        flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "probe"}}
+        custom = client.CustomObjectsApi(self._client)
+        self._wait("Kueue webhooks admitting a ResourceFlavor", deadline, lambda: bool(
+            custom.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "resourceflavors", flavor,
+                                                dry_run="All")), interval=0.5)
+        return src
+
+    def stop_kueue(self) -> None:
+        """Kueue's webhooks first (they refuse TrainJobs and JobSets while nobody answers), then the process."""
+        from kubernetes import client
+
+        admission = client.AdmissionregistrationV1Api(self._client)
+        for delete in (admission.delete_mutating_webhook_configuration,
+                       admission.delete_validating_webhook_configuration):
+            for name in ("kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration"):
+                with contextlib.suppress(client.exceptions.ApiException):
+                    delete(name)
+        proc = self.procs.pop("kueue", None)
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=15)
 
     def _jobset_webhook_configs(self, src: Path) -> list[dict[str, Any]]:
         """JobSet's webhook manifests with a URL clientConfig (+ our CA) instead of an in-cluster Service,

@@ -238,13 +238,40 @@ def test_env_injection_reaches_the_named_containers() -> None:
                                                 "PET_MASTER_ADDR", "PET_MASTER_PORT"}
 
 
-def test_a_gang_policy_is_said_on_kubernetes_and_met_by_an_allocation_elsewhere() -> None:
+def test_a_gang_policy_is_honoured_or_refused_and_met_by_an_allocation_elsewhere() -> None:
+    from bridge.adapters.flux.render import batch_script
+    from bridge.adapters.kubernetes.render import render_objects
+    from bridge.adapters.slurm.render import render_script
+
     doc = dict(TORCH_RUNTIME, spec={**TORCH_RUNTIME["spec"], "podGroupPolicy": {"coscheduling": {}}})
     gang = load_documents(yaml.safe_dump(doc))[0]
-    job = trainjob(trainer={"command": ["x"]})
-    notes = resolve(job, gang, cluster("kubernetes")).notes
-    assert len(notes) == 1 and "podGroupPolicy.coscheduling" in notes[0] and "no PodGroup" in notes[0]
+    job = trainjob(trainer={"command": ["x"], "numNodes": 3,
+                            "resourcesPerNode": {"requests": {"cpu": "2", "memory": "1Gi"}}})
+    # a cluster without that gang scheduler: refused, naming the field and the cluster, never dropped
     with pytest.raises(InvalidSpec) as excinfo:
-        resolve(job, gang, cluster("kubernetes", mustHonour=["podGroupPolicy"]))
-    assert "mustHonour" in excinfo.value.problem
-    assert not resolve(job, gang, cluster("slurm")).notes  # one allocation starts every node together
+        resolve(job, gang, cluster("kubernetes"))
+    assert excinfo.value.field == "runtime torch-like: spec.podGroupPolicy.coscheduling"
+    assert "cluster 'kubernetes' has no gang scheduler" in excinfo.value.problem
+    volcano_cluster = BridgeCluster.model_validate({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "vk"},
+        "spec": {"type": "kubernetes", "kubernetes": {"gangScheduler": "volcano"}}})
+    with pytest.raises(InvalidSpec, match="cluster 'vk' has volcano"):
+        resolve(job, gang, volcano_cluster)
+    # a cluster that has it: the PodGroup (first) and every pod in it, as Kubeflow's plugin makes them
+    cosched = BridgeCluster.model_validate({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "ck"},
+        "spec": {"type": "kubernetes", "kubernetes": {"gangScheduler": "coscheduling"}}})
+    group, rendered = render_objects(resolve(job, gang, cosched))
+    assert group == {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                     "metadata": {"name": "j", "namespace": "default", "labels": group["metadata"]["labels"]},
+                     "spec": {"minMember": 3, "minResources": {"cpu": "6", "memory": "3Gi"},
+                              "scheduleTimeoutSeconds": 60}}
+    pod = rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "j"
+    assert "schedulerName" not in pod["spec"]  # as Kubeflow: the cluster's scheduler profile runs the plugin
+    # Slurm and Flux: one allocation is a gang already; the artifact says so
+    for backend, render in (("slurm", render_script), ("flux", batch_script)):
+        plan = resolve(job, gang, cluster(backend))
+        assert not plan.notes
+        assert ("# gang: runtime torch-like's podGroupPolicy.coscheduling is met by the allocation itself: all 3 "
+                "nodes start together or not at all") in render(plan), backend

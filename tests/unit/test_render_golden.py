@@ -20,18 +20,25 @@ from bridge.plan import find_runtime, resolve
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 CASE_NAMES = ["torch-cpu-2nodes", "mpi-4x2-openmpi", "gpu-8x4-queue", "hostile", "flux-2x4", "steps-script",
-              "xgboost-2x2-gpus", "mpi-2x4-gpus2"]
+              "xgboost-2x2-gpus", "mpi-2x4-gpus2", "gang-coscheduling", "gang-volcano"]
 SUFFIX = {"slurm": "sbatch", "flux": "jobspec.json", "kubernetes": "jobset.yaml", "local": "local.yaml"}
+#: what a case's Kubernetes cluster has (its gang scheduler)
+KUBERNETES = {"gang-coscheduling": {"gangScheduler": "coscheduling"},
+              "gang-volcano": {"gangScheduler": "volcano", "queue": "team-a"}}
 
 
-def cluster(kind: str) -> BridgeCluster:
+def cluster(kind: str, case: str = "") -> BridgeCluster:
+    spec: dict = {"type": kind}
+    if kind == "kubernetes" and case in KUBERNETES:
+        spec["kubernetes"] = KUBERNETES[case]
     return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": f"test-{kind}"}, "spec": {"type": kind}})
+                                         "metadata": {"name": f"test-{kind}"}, "spec": spec})
 
 
 def plan_for(case: str, kind: str):
-    trainjob = load_file(CASES / f"{case}.yaml")[0]
-    return resolve(trainjob, find_runtime(trainjob, builtin_runtimes()), cluster(kind))
+    """The case's TrainJob (its first document) on its runtime: one the file carries, else a built-in."""
+    trainjob, *runtimes = load_file(CASES / f"{case}.yaml")
+    return resolve(trainjob, find_runtime(trainjob, [*runtimes, *builtin_runtimes()]), cluster(kind, case))
 
 
 @pytest.mark.parametrize("backend", list(SUFFIX))
@@ -40,7 +47,7 @@ def test_artifact_matches_golden(case: str, backend: str, golden) -> None:
     """What `render` prints for each case. Where the backend lacks an option the case sets, the golden file
     starts with the one-line refusal, then pins the artifact of the same plan without those options."""
     plan = plan_for(case, backend)
-    adapter = adapter_class(backend)(cluster(backend))
+    adapter = adapter_class(backend)(cluster(backend, case))
     refusal = ""
     try:
         adapter.check_options(plan)

@@ -20,6 +20,7 @@ from bridge.plan import (
     LaunchPlan,
     check_identity,
     check_shell_env,
+    gang_note,
     job_environment,
     script_env,
 )
@@ -50,6 +51,7 @@ def batch_script(plan: LaunchPlan) -> str:
         "#!/bin/bash",
         comment(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime {plan.runtime_name}) "
                 f"on cluster {plan.cluster}. Generated; re-render instead of editing."),
+        *([comment(f"# gang: {gang_note(plan)}")] if gang_note(plan) else []),
         "set -eu",
         ACCOUNT_ENV_LINE,
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
@@ -129,7 +131,10 @@ def _flux_path(where: str, path: str) -> str:
 
 
 def _user(plan: LaunchPlan) -> dict[str, Any]:
-    return {"hpcbridge": {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name, "cluster": plan.cluster}}
+    user = {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name, "cluster": plan.cluster}
+    if gang_note(plan):
+        user["gang"] = gang_note(plan)  # a jobspec has no comments: said where flux job info shows it
+    return {"hpcbridge": user}
 
 
 def _node_cores(plan: LaunchPlan) -> int:

@@ -32,6 +32,7 @@ from bridge.adapters.kubernetes.render import (
     FEATURE_LABEL_PREFIX,
     JOBSET_API,
     PARTITION_LABEL,
+    POD_GROUP_API,
     UID_LABEL,
     render_manifests,
 )
@@ -39,6 +40,8 @@ from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import ANCESTOR_LABEL, LaunchPlan
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+#: apiVersion → (group, version, plural) of the gang schedulers' PodGroups
+_POD_GROUP_APIS = {f"{group}/{version}": (group, version, plural) for group, version, plural in POD_GROUP_API.values()}
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 #: a cancelled job's JobSet is suspended and carries this mark: it stays as the record (state Cancelled)
@@ -159,6 +162,12 @@ class KubernetesAdapter(Adapter):
             elif kind == "ConfigMap":
                 self._create(core.create_namespaced_config_map, namespace, obj, "create configmap",
                              core.read_namespaced_config_map)
+            elif kind == "PodGroup" and obj.get("apiVersion") in _POD_GROUP_APIS:
+                api = _POD_GROUP_APIS[obj["apiVersion"]]
+                self._create(lambda ns, body, a=api: custom.create_namespaced_custom_object(a[0], a[1], ns, a[2], body),
+                             namespace, obj, "create podgroup (is the gang scheduler's CRD installed?)",
+                             lambda name, ns, a=api: custom.get_namespaced_custom_object(a[0], a[1], ns, a[2], name))
+                kind = obj["apiVersion"]  # _own patches it by its API
             elif obj.get("apiVersion") == JOBSET_API and kind == "JobSet":
                 jobset = self._create(lambda ns, body: custom.create_namespaced_custom_object(
                     GROUP, VERSION, ns, PLURAL, body), namespace, obj, "create jobset",
@@ -192,7 +201,7 @@ class KubernetesAdapter(Adapter):
         return existing if isinstance(existing, dict) else None
 
     def _own(self, namespace: str, created: list[tuple[str, str]], jobset: dict | None) -> None:
-        """Make the JobSet own its Secret and ConfigMap, so deleting it deletes them."""
+        """Make the JobSet own its Secret, ConfigMap and PodGroup, so deleting it deletes them."""
         if not jobset:
             return
         owner = [{"apiVersion": JOBSET_API, "kind": "JobSet", "name": jobset["metadata"]["name"],
@@ -202,6 +211,10 @@ class KubernetesAdapter(Adapter):
             patch = {"metadata": {"ownerReferences": owner}}
             if kind == "Secret":
                 self._call("own secret", core.patch_namespaced_secret, name, namespace, patch)
+            elif kind in _POD_GROUP_APIS:
+                group, version, plural = _POD_GROUP_APIS[kind]
+                self._call("own podgroup", self._custom().patch_namespaced_custom_object, group, version, namespace,
+                           plural, name, patch)
             else:
                 self._call("own configmap", core.patch_namespaced_config_map, name, namespace, patch)
 

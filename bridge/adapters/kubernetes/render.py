@@ -20,6 +20,7 @@ from bridge.mpi.ssh import CLIENT_KEY, DEFAULT_PORT, HOST_KEY
 from bridge.plan import (
     ANCESTOR_LABEL,
     MPI_LAUNCHERS,
+    QUEUE_LABEL,
     TRAINER_CONTAINER,
     Launcher,
     LaunchPlan,
@@ -197,6 +198,8 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
             job_spec["activeDeadlineSeconds"] = plan.time_limit_seconds
         pod_meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
         pod_meta.setdefault("labels", {}).update(_labels(plan))
+        if plan.pod_group is not None:
+            _join_gang(plan, pod_meta, _pod_spec(job))
         _place(_pod_spec(job), placement)
         if plan.options.account:
             pod_meta["labels"][ACCOUNT_LABEL] = plan.options.account
@@ -207,6 +210,8 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     labels = {**dict(plan.jobset_metadata.get("labels") or {}), **_labels(plan)}
     if plan.options.account:
         labels[ACCOUNT_LABEL] = plan.options.account
+    if plan.queue:
+        labels[QUEUE_LABEL] = plan.queue  # Kueue suspends the JobSet at creation and admits it from this queue
     _check_labels("metadata.labels", labels)
     for job in jobs:
         pod_labels = job["template"]["spec"]["template"]["metadata"]["labels"]
@@ -504,11 +509,88 @@ def mpi_objects(plan: LaunchPlan, peers: list[Peer]) -> list[dict[str, Any]]:
     return [secret, configmap]
 
 
+#: the gang schedulers' PodGroups, and how a pod says it belongs to one (Kubeflow's coscheduling and volcano
+#: plugins: a label for scheduler-plugins, an annotation for Volcano)
+POD_GROUP_API = {"coscheduling": ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+                 "volcano": ("scheduling.volcano.sh", "v1beta1", "podgroups")}
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+def _join_gang(plan: LaunchPlan, pod_meta: dict[str, Any], pod: dict[str, Any]) -> None:
+    group = plan.pod_group
+    if group.kind == "coscheduling":
+        pod_meta.setdefault("labels", {})[COSCHEDULING_LABEL] = plan.name
+    else:
+        pod_meta.setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = plan.name
+    if group.scheduler_name and not pod.get("schedulerName"):
+        pod["schedulerName"] = group.scheduler_name
+
+
+def pod_group(plan: LaunchPlan, js: dict[str, Any]) -> dict[str, Any]:
+    """The PodGroup Kubeflow's plugin makes for this JobSet: named after the TrainJob, minMember every pod of
+    every replicated job (a gang starts whole or not at all), minResources their requests summed."""
+    from fractions import Fraction
+
+    from bridge.api.quantity import format_quantity
+
+    members = 0
+    totals: dict[str, Fraction] = {}
+    for job in js["spec"]["replicatedJobs"]:
+        job_spec = job["template"]["spec"]
+        pods = int(job.get("replicas", 1)) * int(job_spec.get("parallelism", 1))
+        members += pods
+        for name, amount in _pod_requests(_pod_spec(job)).items():
+            totals[name] = totals.get(name, Fraction(0)) + amount * pods
+    group = plan.pod_group
+    api_group, version, _ = POD_GROUP_API[group.kind]
+    spec: dict[str, Any] = {"minMember": members,
+                            "minResources": {name: format_quantity(amount) for name, amount in sorted(totals.items())}}
+    if group.kind == "coscheduling":
+        spec["scheduleTimeoutSeconds"] = group.schedule_timeout_seconds
+    else:
+        queue = (plan.jobset_metadata.get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION)
+        if queue:
+            spec["queue"] = queue
+        classes = {_pod_spec(job).get("priorityClassName") for job in js["spec"]["replicatedJobs"]} - {None}
+        if len(classes) == 1:
+            spec["priorityClassName"] = classes.pop()
+        if group.network_topology:
+            spec["networkTopology"] = copy.deepcopy(dict(group.network_topology))
+    return {"apiVersion": f"{api_group}/{version}", "kind": "PodGroup",
+            "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": _labels(plan)}, "spec": spec}
+
+
+def _pod_requests(pod: dict[str, Any]):
+    """What one pod asks the scheduler for, as Kubernetes counts it: its containers' requests summed (a limit
+    stands in for a request not given), or an init container's when that is larger."""
+    from fractions import Fraction
+
+    from bridge.api.quantity import parse_quantity
+
+    def asked(container: dict[str, Any]) -> dict[str, Fraction]:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: parse_quantity(value) for name, value in merged.items()}
+
+    total: dict[str, Fraction] = {}
+    for container in pod.get("containers") or []:
+        for name, amount in asked(container).items():
+            total[name] = total.get(name, Fraction(0)) + amount
+    for container in pod.get("initContainers") or []:
+        for name, amount in asked(container).items():
+            total[name] = max(total.get(name, Fraction(0)), amount)
+    return total
+
+
 def render_objects(plan: LaunchPlan) -> list[dict[str, Any]]:
     js, peers = jobset(plan)
+    # the PodGroup first: a pod that names a group the scheduler does not know yet is not scheduled
+    gang = [pod_group(plan, js)] if plan.pod_group is not None else []
     if plan.launcher in _OVER_SSH:
-        return [*mpi_objects(plan, peers), js]
-    return [js]
+        return [*gang, *mpi_objects(plan, peers), js]
+    return [*gang, js]
 
 
 def render_manifests(plan: LaunchPlan) -> str:

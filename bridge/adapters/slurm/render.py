@@ -22,6 +22,7 @@ from bridge.plan import (
     LaunchPlan,
     check_identity,
     check_shell_env,
+    gang_note,
     job_environment,
 )
 from bridge.shell import comment, join, quote
@@ -206,6 +207,8 @@ def render_script(plan: LaunchPlan) -> str:
     lines.append("")
     lines.append(comment(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime "
                          f"{plan.runtime_name}) on cluster {plan.cluster}. Generated; re-render instead of editing."))
+    if gang_note(plan):
+        lines.append(comment(f"# gang: {gang_note(plan)}"))
     lines.append("set -eu")
     lines.append(ACCOUNT_ENV_LINE)
     for entry in plan.env:
