@@ -116,7 +116,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from bridge import service
 
     prepared = service.render(args.file, cluster=args.cluster, runtimes=args.runtimes,
-                              sbatch_flags=args.sbatch_flags)
+                              sbatch_flags=args.sbatch_flags, queue=args.queue)
     _report(prepared.notes)
     if args.dry_run:
         _print_artifact(prepared.artifact, args.format)
@@ -212,6 +212,8 @@ def _status_rows(statuses) -> list[dict]:
     for s in statuses:
         row = {"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
                "exitCode": s.exit_code, "reason": s.reason, "nodes": ",".join(s.nodes)}
+        if s.message:
+            row["message"] = s.message
         moves = history(s.ref.uid)
         if moves:
             row["history"] = moves  # where the job ran before, and why it moved (hpcbridge migrate)
@@ -239,6 +241,8 @@ def _print_statuses(statuses, output: str) -> None:
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     for row in rows:
+        if row["state"] in ("Pending", "Suspended") and row.get("message"):
+            print(f"{row['job']}: {row['state']}: {row['message']}")  # why it waits (a queue, the scheduler)
         for move in row.get("history", ()):
             print(f"{row['job']}: {_move_line(move)}")
 
@@ -369,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="target cluster, or auto: the one that starts it soonest (default: the "
                                      "TrainJob's hpcbridge.io/cluster annotation, its runtime's, else local)")
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
+    p.add_argument("--queue", help="Kubernetes: the Kueue LocalQueue the JobSet waits in (default: the TrainJob's "
+                                   "kueue.x-k8s.io/queue-name label, else the cluster's spec.kubernetes.queue)")
     p.add_argument("--format", choices=OUTPUTS, default="text", help="how --dry-run prints the artifact")
     p.set_defaults(func=cmd_submit, sbatch_flags_allowed=True)
 

@@ -394,8 +394,32 @@ def _workdir_relative_to_file(trainjob: TrainJob, path: str | None, key: str) ->
 
 
 def render(file: str, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
-           sbatch_flags: Sequence[str] = ()) -> Prepared:
-    return prepare(read_input(file, sbatch_flags), cluster=cluster, to=to, runtimes=runtimes)
+           sbatch_flags: Sequence[str] = (), queue: str | None = None) -> Prepared:
+    source = read_input(file, sbatch_flags)
+    if queue is not None:
+        source = queued(source, queue)
+    prepared = prepare(source, cluster=cluster, to=to, runtimes=runtimes)
+    if queue is not None and prepared.plan.backend != "kubernetes":
+        # a TrainJob bound for Slurm or Flux is queued by the operator, where Kueue sees the TrainJob itself
+        raise InvalidSpec("--queue", queue, f"only a Kubernetes cluster queues its JobSets in Kueue; cluster "
+                                            f"{prepared.plan.cluster!r} is {prepared.plan.backend} (apply the TrainJob "
+                                            "with the kueue.x-k8s.io/queue-name label for the operator instead)")
+    return prepared
+
+
+def queued(source: Input, queue: str) -> Input:
+    """*source* with its TrainJob in Kueue's LocalQueue *queue* (``submit --queue``): the label Kueue reads."""
+    from bridge.api.names import check_label_value
+    from bridge.plan import QUEUE_LABEL
+
+    try:
+        check_label_value(queue)
+    except ValueError as exc:
+        raise InvalidSpec("--queue", queue, str(exc)) from None
+    trainjob = source.single_trainjob()
+    labels = {**(trainjob.metadata.labels or {}), QUEUE_LABEL: queue}
+    changed = trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"labels": labels})})
+    return replace(source, objects=tuple(changed if obj is trainjob else obj for obj in source.objects))
 
 
 # --- submit ----------------------------------------------------------------------------------------------

@@ -36,6 +36,14 @@ _RULES: dict[str, dict[tuple[str, ...], list[dict[str, str]]]] = {
 }
 _RULES["ClusterTrainingRuntime"] = _RULES["TrainingRuntime"]
 
+#: defaults the API server fills in, as Kubeflow's CRDs have them: Kueue's TrainJob integration (and any other
+#: controller reading TrainJobs) finds the runtime by apiGroup and kind, and reports "unsupported runtime"
+#: when they are empty
+_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
+    "TrainJob": {("spec", "runtimeRef", "apiGroup"): "trainer.kubeflow.org",
+                 ("spec", "runtimeRef", "kind"): "ClusterTrainingRuntime"},
+}
+
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, dict):
@@ -97,6 +105,11 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
                                                                                      "metadata")]
     for path, rules in _RULES.get(model.__name__, {}).items():
         _set_rules(schema, path, rules)
+    for path, value in _DEFAULTS.get(model.__name__, {}).items():
+        node = schema
+        for part in path:
+            node = node["properties"][part]
+        node["default"] = value
     return schema
 
 

@@ -388,7 +388,9 @@ class Reconciler:
         suspended = next((c for c in current if c.get("type") == cond.SUSPENDED), None)
         if_finished = "rerun" if suspended is not None else "attach"
         try:
-            trainjob = parse_object(_clean(body), f"TrainJob {namespace}/{name}")
+            from bridge.operator.kueue import as_admitted
+
+            trainjob = parse_object(as_admitted(_clean(body)), f"TrainJob {namespace}/{name}")
             ref_spec = trainjob.spec.runtime_ref
             runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
             source = service.Input((trainjob, *([runtime] if runtime is not None else [])),

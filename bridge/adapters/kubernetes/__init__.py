@@ -37,9 +37,12 @@ from bridge.adapters.kubernetes.render import (
     render_manifests,
 )
 from bridge.errors import BackendRejected, BackendUnavailable
-from bridge.plan import ANCESTOR_LABEL, LaunchPlan
+from bridge.plan import ANCESTOR_LABEL, QUEUE_LABEL, LaunchPlan
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+#: Kueue's label on a Workload naming the job it stands for
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 #: apiVersion → (group, version, plural) of the gang schedulers' PodGroups
 _POD_GROUP_APIS = {f"{group}/{version}": (group, version, plural) for group, version, plural in POD_GROUP_API.values()}
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -59,6 +62,10 @@ def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
             return state, conditions[kind].get("reason"), conditions[kind].get("message")
     if ((jobset.get("metadata") or {}).get("annotations") or {}).get(CANCELLED_ANNOTATION) == "true":
         return JobState.CANCELLED, "Cancelled", "cancelled through hpc-bridge (the JobSet is suspended)"
+    queue = ((jobset.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    if queue and (jobset.get("spec") or {}).get("suspend"):
+        # Kueue holds it suspended until it admits it: waiting in a queue is pending, as Slurm's PD
+        return JobState.PENDING, "Queued", f"waiting in Kueue LocalQueue {queue}"
     if "Suspended" in conditions:
         return JobState.SUSPENDED, conditions["Suspended"].get("reason"), conditions["Suspended"].get("message")
     if (jobset.get("spec") or {}).get("suspend"):
@@ -241,6 +248,10 @@ class KubernetesAdapter(Adapter):
                     pending.append(ref)
                 elif statuses[ref].state == JobState.FAILED:
                     failed.append(ref)
+            queued = [ref for ref in pending if statuses[ref].reason == "Queued"]
+            if queued:
+                self._queue_reasons(namespace, queued, statuses, jobsets)
+            pending = [ref for ref in pending if ref not in queued]
             if pending:
                 self._scheduling_reasons(namespace, pending, statuses, jobsets)
             if failed:
@@ -298,6 +309,43 @@ class KubernetesAdapter(Adapter):
             if status.state.finished or (give_up is not None and time.monotonic() >= give_up):
                 return status
             time.sleep(poll_interval)
+
+    def _queue_reasons(self, namespace: str, refs: list[JobRef], statuses: dict, jobsets: dict[str, dict]) -> None:
+        """Why a queued JobSet waits, as Kueue says it on its Workload (``QuotaReserved`` False: "insufficient
+        unused quota for cpu…"), with the ClusterQueue its LocalQueue feeds. One Workload list per namespace
+        and one read per LocalQueue; where Kueue's objects cannot be read, the LocalQueue alone is said."""
+        from bridge.adapters.kubernetes.client import CLIENT_ERRORS
+
+        custom = self._custom()
+        uids = {((jobsets[ref.job_id.split("/", 1)[1]].get("metadata") or {}).get("uid") or ""): ref for ref in refs}
+        try:
+            workloads = custom.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads",
+                label_selector=f"{KUEUE_JOB_UID_LABEL} in ({','.join(uid for uid in uids if uid)})")["items"]
+        except CLIENT_ERRORS:
+            return
+        cluster_queues: dict[str, str | None] = {}
+        for workload in workloads:
+            ref = uids.get(((workload.get("metadata") or {}).get("labels") or {}).get(KUEUE_JOB_UID_LABEL, ""))
+            if ref is None:
+                continue
+            local = (workload.get("spec") or {}).get("queueName") or ""
+            if local not in cluster_queues:
+                try:
+                    cluster_queues[local] = (custom.get_namespaced_custom_object(
+                        KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", local).get("spec") or {}).get(
+                        "clusterQueue")
+                except CLIENT_ERRORS:
+                    cluster_queues[local] = None
+            where = f"ClusterQueue {cluster_queues[local]}" if cluster_queues[local] else f"LocalQueue {local}"
+            conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+            reserved = conditions.get("QuotaReserved") or {}
+            if reserved.get("status") == "True":
+                message = f"quota reserved in {where}; waiting for admission"
+            else:
+                why = reserved.get("message")
+                message = f"waiting for quota in {where}" + (f": {why}" if why else "")
+            statuses[ref] = JobStatus(ref, JobState.PENDING, reason="Queued", message=message)
 
     def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict,
                             jobsets: dict[str, dict]) -> None:
