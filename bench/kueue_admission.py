@@ -45,6 +45,9 @@ def main() -> int:
     from tests.harness.kube import KubeCluster
     from tests.harness.slurm import SlurmCluster
 
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench stops what it started (finally)
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-kueue-"))
     slurm = SlurmCluster(base / "slurm")
     kube = KubeCluster(base / "kube", nodes=0)
@@ -69,8 +72,9 @@ def main() -> int:
                 "name": "node", "template": {
                     "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                     "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "none"}]}}}}}]}}}})
-        custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
-            "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor", "metadata": {"name": "any"}})
+        custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {  # admitted with it: runs on `slurm`
+            "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor", "metadata": {"name": "any"},
+            "spec": {"nodeLabels": {"hpcbridge.io/cluster": "slurm"}}})
         custom.create_cluster_custom_object(*KUEUE, "clusterqueues", {
             "apiVersion": "/".join(KUEUE), "kind": "ClusterQueue", "metadata": {"name": "cq"},
             "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [

@@ -420,6 +420,20 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+def _end(proc: subprocess.Popen) -> None:
+    """A process we started, and its group: TERM, then KILL after 15 s."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+
+
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
@@ -516,15 +530,7 @@ class KubeCluster:
     def stop(self) -> None:
         """Stop every process this cluster started, by PID, in reverse start order (TERM, then KILL)."""
         for name, proc in reversed(list(self.procs.items())):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=15)
+            _end(proc)
             del self.procs[name]
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -861,6 +867,9 @@ class KubeCluster:
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"}, "metrics": {"bindAddress": "0"},
             "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(certs)},
             "internalCertManagement": {"enable": False},
+            # Kueue's own API rate (default 50/s, burst 100) as clusters with many jobs set it: each admission is
+            # several writes, and a conflicting one is retried with backoff
+            "clientConnection": {"qps": 500, "burst": 1000},
             # VisibilityOnDemand wants certificates of its own; TopologyAwareScheduling dry-runs a Workload on
             # every TrainJob update, so a deleted runtime would block even a finalizer's removal
             "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": False},
@@ -901,15 +910,8 @@ class KubeCluster:
                 with contextlib.suppress(client.exceptions.ApiException):
                     delete(name)
         proc = self.procs.pop("kueue", None)
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=15)
+        if proc is not None:
+            _end(proc)
 
     def _jobset_webhook_configs(self, src: Path) -> list[dict[str, Any]]:
         """JobSet's webhook manifests with a URL clientConfig (+ our CA) instead of an in-cluster Service,

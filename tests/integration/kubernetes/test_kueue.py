@@ -99,13 +99,7 @@ def queued(real_kube, slurm_cluster, tmp_path_factory):
             "kubeconfig": str(real_kube.kube.kubeconfig), "imagePullPolicy": "Never",
             "images": {"hpcbridge.test/plain": real_kube.images["node"].ref}}},
     }
-    for name, spec in clusters.items():
-        try:
-            op.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
-                "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
-                "spec": spec})
-        except ApiException as exc:
-            assert exc.status == 409, exc.body
+    op.define_clusters(clusters)
     try:
         client.CustomObjectsApi(admin).create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", RUNTIME)
     except ApiException as exc:

@@ -98,6 +98,18 @@ class Operator:
         self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "operator", "--metrics", self.metrics],
                                      env=self.env, cwd=self.base, stdout=self.log, stderr=subprocess.STDOUT)
 
+    def define_clusters(self, clusters: dict[str, dict]) -> None:
+        """BridgeCluster objects, name → spec (kept when one of that name is there already)."""
+        from kubernetes.client.exceptions import ApiException
+
+        for name, spec in clusters.items():
+            try:
+                self.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+                    "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
+                    "spec": spec})
+            except ApiException as exc:
+                assert exc.status == 409, exc.body
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -195,13 +207,7 @@ def operator(real_kube, slurm_cluster, tmp_path_factory):
             "kubeconfig": str(real_kube.kube.kubeconfig), "imagePullPolicy": "Never",
             "images": {"hpcbridge.test/plain": real_kube.images["node"].ref}}},
     }
-    for name, spec in clusters.items():
-        try:
-            op.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
-                "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
-                "spec": spec})
-        except ApiException as exc:
-            assert exc.status == 409, exc.body
+    op.define_clusters(clusters)
     runtime = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
                "metadata": {"name": "plain-slurm"},
                "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
