@@ -40,12 +40,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=200)
     jobs = parser.parse_args().jobs
+    import signal
+
     from kubernetes import client, watch
 
     from tests.harness.kube import KubeCluster
     from tests.harness.slurm import SlurmCluster
-
-    import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench stops what it started (finally)
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-kueue-"))
