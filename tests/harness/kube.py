@@ -761,23 +761,11 @@ class KubeCluster:
         """Kubeflow Trainer's controller manager (v2.3, built from its Go module) on this cluster: its CRDs,
         the controller as a plain process on loopback, and its webhooks registered by URL with this cluster's
         serving certificate. Returns the Trainer module's directory (its shipped runtimes live there)."""
-        import base64
-
-        from kubernetes import client
 
         trainer = next(c for c in COMPONENTS if c.name == "trainer")
         src = module_dir(trainer)
         deadline = time.monotonic() + timeout
-        ext = client.ApiextensionsV1Api(self._client)
-        names = []
-        for path in sorted((src / "manifests" / "base" / "crds").glob("trainer.kubeflow.org_*.yaml")):
-            crd = yaml.safe_load(path.read_text(encoding="utf-8"))
-            ext.create_custom_resource_definition(crd)
-            names.append(crd["metadata"]["name"])
-        for name in names:
-            self._wait(f"CRD {name} Established", deadline, lambda n=name: any(
-                c.type == "Established" and c.status == "True"
-                for c in ext.read_custom_resource_definition(n).status.conditions or []))
+        self._create_crds(sorted((src / "manifests" / "base" / "crds").glob("trainer.kubeflow.org_*.yaml")), deadline)
         webhook_port, health_port = _free_ports(2)
         tmpdir = self.base_dir / "trainer-tmp"
         # Trainer's Configuration has no certDir: controller-runtime reads $TMPDIR/k8s-webhook-server/serving-certs
@@ -796,11 +784,9 @@ class KubeCluster:
         self._spawn("trainer", [str(binary), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
                                 "--zap-log-level=2"], env={"TMPDIR": str(tmpdir)})
         self._wait("trainer /readyz", deadline, lambda: self._http_ok(f"http://127.0.0.1:{health_port}/readyz"))
-        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
         hooks = src / "manifests" / "base" / "webhook"
         patches = {"MutatingWebhookConfiguration": yaml.safe_load((hooks / "patch_mutating.yaml").read_text()),
                    "ValidatingWebhookConfiguration": yaml.safe_load((hooks / "patch_validating.yaml").read_text())}
-        admission = client.AdmissionregistrationV1Api(self._client)
         for doc in (d for d in yaml.safe_load_all((hooks / "manifests.yaml").read_text(encoding="utf-8")) if d):
             # what Trainer's kustomize patches do: the configurations' names and the runtime webhooks' selector
             for op in patches[doc["kind"]]:
@@ -809,14 +795,44 @@ class KubeCluster:
                     doc["metadata"]["name"] = op["value"]
                 elif parts[0] == "webhooks" and parts[2] == "objectSelector":
                     doc["webhooks"][int(parts[1])]["objectSelector"] = op["value"]
-            for hook in doc["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
-            if doc["kind"] == "MutatingWebhookConfiguration":
-                admission.create_mutating_webhook_configuration(doc)
-            else:
-                admission.create_validating_webhook_configuration(doc)
+            self._register_webhooks(doc, webhook_port)
         return src
+
+    def _create_crds(self, paths: list[Path], deadline: float, existing_ok: bool = False) -> None:
+        """Create the CRDs in *paths* and wait until each is Established (served)."""
+        from kubernetes import client
+
+        ext = client.ApiextensionsV1Api(self._client)
+        names = []
+        for path in paths:
+            crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+            try:
+                ext.create_custom_resource_definition(crd)
+            except client.exceptions.ApiException as exc:
+                if not (existing_ok and exc.status == 409):
+                    raise
+            names.append(crd["metadata"]["name"])
+        for name in names:
+            self._wait(f"CRD {name} Established", deadline, lambda n=name: any(
+                c.type == "Established" and c.status == "True"
+                for c in ext.read_custom_resource_definition(n).status.conditions or []))
+
+    def _register_webhooks(self, doc: dict[str, Any], port: int) -> None:
+        """A webhook configuration from a controller's manifests, served on loopback: each webhook's in-cluster
+        Service becomes a URL on *port* with this cluster's CA."""
+        import base64
+
+        from kubernetes import client
+
+        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}
+        admission = client.AdmissionregistrationV1Api(self._client)
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            admission.create_mutating_webhook_configuration(doc)
+        else:
+            admission.create_validating_webhook_configuration(doc)
 
     #: Kueue's webhooks the tests need (its queues, and the two integrations it runs with); the others serve
     #: kinds this cluster has no controller for and stay unregistered (a registered webhook with failurePolicy
@@ -831,25 +847,14 @@ class KubeCluster:
         would run but out of cluster: its CRDs (server-side), the TrainJob and JobSet integrations, its webhooks
         registered by URL on loopback with this cluster's serving certificate, internal cert management off.
         Needs the TrainJob and JobSet CRDs already served. Returns Kueue's module directory."""
-        import base64
-
         from kubernetes import client
 
         binary = ensure_built((KUEUE,))["kueue"]
         src = module_dir(KUEUE)
         deadline = time.monotonic() + timeout
-        ext = client.ApiextensionsV1Api(self._client)
-        names = []
-        for path in sorted((src / "config" / "components" / "crd" / "bases").glob("*.yaml")):
-            crd = yaml.safe_load(path.read_text(encoding="utf-8"))
-            # the Workload CRD is 1.4 MB: created, never client-side applied (its annotation would not fit)
-            with contextlib.suppress(client.exceptions.ApiException):
-                ext.create_custom_resource_definition(crd)
-            names.append(crd["metadata"]["name"])
-        for name in names:
-            self._wait(f"CRD {name} Established", deadline, lambda n=name: any(
-                c.type == "Established" and c.status == "True"
-                for c in ext.read_custom_resource_definition(n).status.conditions or []))
+        # the Workload CRD is 1.4 MB: created, never client-side applied (its annotation would not fit)
+        self._create_crds(sorted((src / "config" / "components" / "crd" / "bases").glob("*.yaml")), deadline,
+                          existing_ok=True)
         core = client.CoreV1Api(self._client)
         with contextlib.suppress(client.exceptions.ApiException):
             core.create_namespace({"metadata": {"name": self.KUEUE_NAMESPACE}})
@@ -878,20 +883,12 @@ class KubeCluster:
         self._spawn("kueue", [str(binary), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
                               "--zap-log-level=2"])
         self._wait("kueue /readyz", deadline, lambda: self._http_ok(f"http://127.0.0.1:{health_port}/readyz"))
-        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
-        admission = client.AdmissionregistrationV1Api(self._client)
         manifests = src / "config" / "components" / "webhook" / "manifests.yaml"
         for doc in (d for d in yaml.safe_load_all(manifests.read_text(encoding="utf-8")) if d):
             doc["metadata"]["name"] = f"kueue-{doc['metadata']['name']}"
             doc["webhooks"] = [hook for hook in doc["webhooks"]
                                if hook["name"][1:].split(".")[0] in self.KUEUE_WEBHOOKS]
-            for hook in doc["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
-            if doc["kind"] == "MutatingWebhookConfiguration":
-                admission.create_mutating_webhook_configuration(doc)
-            else:
-                admission.create_validating_webhook_configuration(doc)
+            self._register_webhooks(doc, webhook_port)
         flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "probe"}}
         custom = client.CustomObjectsApi(self._client)
         self._wait("Kueue webhooks admitting a ResourceFlavor", deadline, lambda: bool(

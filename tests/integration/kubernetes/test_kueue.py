@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.kubernetes.test_operator import GROUP, VERSION, Operator, _apply_kustomization, is_true
+from tests.integration.kubernetes.test_operator import (
+    GROUP,
+    VERSION,
+    Operator,
+    _apply_kustomization,
+    is_true,
+    plain_runtime,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes, pytest.mark.slurm]
 
@@ -29,13 +36,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_ID = "operator.hpcbridge.io/job-id"
 JOB_CLUSTER = "operator.hpcbridge.io/job-cluster"
 #: a runtime Kueue can charge: Kueue's TrainJob integration computes the pods' requests with Trainer's v2.2 code
-RUNTIME = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "queued"},
-           "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
-               "name": "node", "template": {
-                   "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                   "spec": {"backoffLimit": 0, "template": {"spec": {
-                       "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
-                       "containers": [{"name": "node", "image": "hpcbridge.test/plain"}]}}}}}]}}}}
+RUNTIME = plain_runtime("queued")
 
 
 class Queues:
@@ -132,36 +133,40 @@ def slurm_states(op: Operator, uid: str) -> list[str]:
 
 def test_quota_holds_the_third_trainjob_with_no_slurm_job_until_one_finishes(queued) -> None:
     """ClusterQueue of 4 CPUs, three TrainJobs of 2 CPUs bound for Slurm: two Slurm jobs run, the third TrainJob
-    stays suspended and has no Slurm job at all; it runs when one finishes; each ends with exactly one."""
+    (whichever Kueue admits last) stays suspended and has no Slurm job at all; it runs when one finishes; each
+    ends with exactly one."""
     op, queues = queued, Queues(queued)
     ns = op.namespace()
     suffix = uuid.uuid4().hex[:6]
+    names = ("first", "second", "third")
     try:
         cq = queues.cluster_queue(f"cq-{suffix}", [(queues.flavor(f"any-{suffix}"), 4)])
         lq = queues.local_queue(ns, "lq", cq)
         uids = {}
-        # each runs until the test lets it end (its marker file), so "the first two run" holds while it looks
+        # each runs until the test lets it end (its marker file), so "two run" holds while it looks
         release = op.base / f"release-{suffix}"
-        for name in ("first", "second", "third"):
+        for name in names:
             command = ["sh", "-c", f'while [ ! -e "{release}" ]; do sleep 0.2; done']
             uids[name] = submit(op, ns, name, lq, 2, command, cluster="slurm")["metadata"]["uid"]
-            time.sleep(0.5)  # admitted in this order (Kueue's queue is FIFO by creation time)
-        op.until(ns, "second", is_true("Running"), timeout=120)
-        op.until(ns, "first", is_true("Running"), timeout=120)
+        deadline = time.monotonic() + 180
+        while len(running := [n for n in names if is_true("Running")(op.get(ns, n))]) < 2:
+            assert time.monotonic() < deadline, [op.get(ns, n).get("status") for n in names]
+            time.sleep(0.5)
         time.sleep(3)  # what Kueue and the operator would do wrong has had time to happen
-        # while the first two run, the third is held: suspended, no Slurm job, quota stated by Kueue
-        third = op.get(ns, "third")
-        assert third["spec"].get("suspend") is True, third
-        assert op.slurm_jobs(uids["third"]) == []
+        assert len(running) == 2, running
+        (held,) = [n for n in names if n not in running]
+        # while two run, the third is held: suspended, no Slurm job, and Kueue says it lacks quota
+        assert op.get(ns, held)["spec"].get("suspend") is True
+        assert op.slurm_jobs(uids[held]) == []
         workloads = op.custom.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
-        pending = [w for w in workloads if w["metadata"]["labels"].get("kueue.x-k8s.io/job-uid") == uids["third"]]
+        pending = [w for w in workloads if w["metadata"]["labels"].get("kueue.x-k8s.io/job-uid") == uids[held]]
         assert pending and any(c["type"] == "QuotaReserved" and c["status"] == "False"
                                for c in pending[0]["status"]["conditions"]), pending
         release.touch()
-        for name in ("first", "second", "third"):
+        for name in names:
             done = op.until(ns, name, is_true("Complete"), timeout=180)
             assert done["metadata"]["annotations"][JOB_CLUSTER] == "slurm"
-        for name in ("first", "second", "third"):
+        for name in names:
             assert slurm_states(op, uids[name]) == ["COMPLETED"], name  # exactly one Slurm job each
     finally:
         queues.delete()

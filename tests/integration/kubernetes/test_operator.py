@@ -71,6 +71,17 @@ def _service_account_kubeconfig(api, admin_kubeconfig: Path, path: Path) -> Path
     return path
 
 
+def plain_runtime(name: str) -> dict:
+    """A one-node ClusterTrainingRuntime of one `node` container (the node image on real pods)."""
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": name},
+            "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+                "name": "node", "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"backoffLimit": 0, "template": {"spec": {
+                        "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+                        "containers": [{"name": "node", "image": "hpcbridge.test/plain"}]}}}}}]}}}}
+
+
 class Operator:
     """One `hpcbridge operator` process and what the tests need around it."""
 
@@ -208,14 +219,7 @@ def operator(real_kube, slurm_cluster, tmp_path_factory):
             "images": {"hpcbridge.test/plain": real_kube.images["node"].ref}}},
     }
     op.define_clusters(clusters)
-    runtime = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
-               "metadata": {"name": "plain-slurm"},
-               "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
-                   "name": "node", "template": {
-                       "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                       "spec": {"backoffLimit": 0, "template": {"spec": {
-                           "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
-                           "containers": [{"name": "node", "image": "hpcbridge.test/plain"}]}}}}}]}}}}
+    runtime = plain_runtime("plain-slurm")
     try:
         client.CustomObjectsApi(op.api).create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes",
                                                                      runtime)
