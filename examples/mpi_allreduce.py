@@ -14,5 +14,7 @@ greeting = os.environ.get("ALLREDUCE_GREETING")  # the job's env, as every rank 
 print(f"rank {comm.rank}/{comm.size} on {socket.gethostname()}: allreduce sum={total} "
       f"(expected {expected}) [{library}]" + (f" {greeting}" if greeting else ""), flush=True)
 if comm.rank == 0:
-    print(f"allreduce result: {total} {'OK' if total == expected else 'WRONG'}", flush=True)
+    # one write, newline included: mpirun interleaves the ranks' writes, not their lines
+    sys.stdout.write(f"allreduce result: {total} {'OK' if total == expected else 'WRONG'}\n")
+    sys.stdout.flush()
 sys.exit(0 if total == expected else 1)
