@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 
@@ -332,6 +333,60 @@ def cmd_launch(args: argparse.Namespace) -> int:
     os._exit(code)
 
 
+def cmd_stage(args: argparse.Namespace) -> int:
+    from bridge.staging.stage import Source, run
+
+    sources = []
+    for role in ("dataset", "model"):
+        uri = getattr(args, role)
+        env = tuple(tuple(item.split("=", 1)) for item in getattr(args, f"{role}_env"))
+        if any(len(pair) != 2 for pair in env):
+            raise InvalidSpec(f"--{role}-env", getattr(args, f"{role}_env"), "each is NAME=VALUE")
+        if uri:
+            sources.append(Source(role, uri, env, getattr(args, f"{role}_secret")))  # type: ignore[arg-type]
+    return run(args.job_id, args.staging_dir, sources, args.secrets_dir)
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from bridge import service
+
+    directory = args.dir or service.staging_dir(args.cluster)
+    if args.action == "list":
+        entries = service.cache_entries(directory)
+        if args.output != "text":
+            _print_document([entry for entry in entries], args.output)
+            return 0
+        print("KEY\tSIZE\tFILES\tLAST USED\tURI\tVERSION")
+        for entry in entries:
+            print(f"{entry['key']}\t{_size(entry['bytes'])}\t{entry['files']}\t{entry['lastUsed']}\t"
+                  f"{entry['uri']}\t{entry['version'][:12]}")
+        return 0
+    if not args.all and args.older_than is None:
+        raise InvalidSpec("--older-than", None, "say how long unused (e.g. 7d, 12h) or --all")
+    removed = service.cache_prune(directory, None if args.all else args.older_than, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for entry in removed:
+        print(f"{verb} {entry['key']} {entry['uri']} ({_size(entry['bytes'])})")
+    print(f"hpcbridge: {verb} {len(removed)} entr{'y' if len(removed) == 1 else 'ies'}, "
+          f"{_size(sum(e['bytes'] for e in removed))}", file=sys.stderr)
+    return 0
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return str(count)
+
+
+def _duration(text: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30m, 12h, 7d)")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, like every other input error
         raise InvalidSpec("", " ".join(sys.argv[1:])[:60], f"{self.prog}: {message}")
@@ -441,6 +496,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-timeout", type=float, default=120.0, help="seconds rank 0 waits for every peer's sshd")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
     p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("stage", help="fetch a job's dataset and model into the cluster's staging cache (the step "
+                                      "an HPC backend runs before launch)")
+    p.add_argument("--job-id", required=True, help="the TrainJob's uid: its links go to <staging-dir>/jobs/<uid>/")
+    p.add_argument("--staging-dir", required=True, help="the cluster's shared staging directory")
+    p.add_argument("--secrets-dir", help="where --*-secret NAME is read, as <dir>/NAME (default "
+                                         "~/.config/hpcbridge/secrets)")
+    for role in ("dataset", "model"):
+        p.add_argument(f"--{role}", help=f"the {role}'s URI (hf://, s3://, file:// or a path)")
+        p.add_argument(f"--{role}-env", action="append", default=[], metavar="NAME=VALUE",
+                       help=f"the {role} initializer's env (ENDPOINT, IGNORE_PATTERNS, ...)")
+        p.add_argument(f"--{role}-secret", metavar="NAME", help=f"the {role} initializer's secret")
+    p.set_defaults(func=cmd_stage)
+
+    p = sub.add_parser("cache", help="the staging cache of a cluster: list its entries, prune unused ones")
+    p.add_argument("action", choices=("list", "prune"))
+    p.add_argument("--cluster", "-c", help="whose stagingDir (default: the local cluster's)")
+    p.add_argument("--dir", help="a staging directory instead of a cluster's")
+    p.add_argument("--older-than", type=_duration, help="prune: entries unused this long (30m, 12h, 7d)")
+    p.add_argument("--all", action="store_true", help="prune: every entry not in use right now")
+    p.add_argument("--dry-run", action="store_true", help="prune: say what would go, remove nothing")
+    p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
+    p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("operator", help="run the Kubernetes operator: TrainJobs with spec.managedBy "
                                          "hpcbridge.io/bridge run on the BridgeClusters they name")

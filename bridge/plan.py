@@ -192,6 +192,45 @@ class PodGroupPlan:
     scheduler_name: str | None = None
 
 
+@dataclass(frozen=True)
+class StageSource:
+    """One initializer: what the trainer needs before it starts (Kubeflow's ``spec.initializer.<role>``)."""
+
+    #: "dataset" or "model"
+    role: str
+    uri: str
+    #: the initializer's own env (Kubeflow's ENDPOINT, ACCESS_KEY_ID, IGNORE_PATTERNS…), in order
+    env: tuple[tuple[str, str], ...] = ()
+    #: Kubernetes: a Secret the initializer container reads (envFrom); elsewhere ``<secretsDir>/<name>`` on the node
+    secret: str | None = None
+
+    @property
+    def container(self) -> str:
+        return f"{self.role}-initializer"
+
+
+@dataclass(frozen=True)
+class StagingPlan:
+    """Data and models fetched before the trainer starts: on Kubernetes by the runtime's initializer jobs, on
+    the HPC backends by one ``hpcbridge stage`` step into the cluster's shared ``stagingDir``."""
+
+    sources: tuple[StageSource, ...]
+    #: the cluster's stagingDir (empty on Kubernetes, where the initializer volume holds the data)
+    dir: str = ""
+    secrets_dir: str | None = None
+
+    def path(self, uid: str, role: str) -> str:
+        """Where the trainer finds *role*'s data: Kubeflow's /workspace/<role> in a pod, else the job's link
+        into the shared cache."""
+        return f"{KUBEFLOW_WORKSPACE}/{role}" if not self.dir else f"{self.dir.rstrip('/')}/jobs/{uid}/{role}"
+
+
+#: where Kubeflow's initializers leave the data and its trainer reads it (the ``initializer`` volume)
+KUBEFLOW_WORKSPACE = "/workspace"
+#: the variables that tell the trainer where the staged data is, on every backend
+STAGED_DIR_ENV = {"dataset": "HPCBRIDGE_DATASET_DIR", "model": "HPCBRIDGE_MODEL_DIR"}
+
+
 #: the label Kueue reads a job's LocalQueue from
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -254,6 +293,8 @@ class LaunchPlan:
     #: the Kueue LocalQueue the JobSet is queued in (kubernetes): submit --queue, else the TrainJob's
     #: kueue.x-k8s.io/queue-name label, else the cluster's spec.kubernetes.queue
     queue: str | None = None
+    #: the TrainJob's initializers: what is staged before the trainer starts
+    staging: StagingPlan | None = None
 
     @property
     def total_procs(self) -> int:
@@ -403,6 +444,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     notes = () if cluster.spec.type == "kubernetes" else \
         _unhonoured(trainjob, runtime, template, trainer_job, container, image, cluster)
     queue = _queue(trainjob, cluster)
+    staging = _staging(trainjob, runtime, template, cluster)
     notes += _gpu_note(framework, procs, resources, trainer_job.name)
     _check_xgboost_tracker(framework, env)
 
@@ -446,9 +488,78 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         image_pull_policy=cluster.spec.kubernetes.image_pull_policy if cluster.spec.kubernetes else None,
         pod_group=pod_group,
         queue=queue,
+        staging=staging,
     )
     check_identity(plan)
     return plan
+
+
+def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeCluster) -> StagingPlan | None:
+    """The TrainJob's initializers, checked where the backend will read them: each URI's scheme, and on
+    Kubernetes the runtime's initializer job (as Kubeflow's webhook checks it); elsewhere the cluster's shared
+    storage. Nothing to stage: None."""
+    from bridge.api.storage import ROLES, parse_storage_uri
+
+    initializer = trainjob.spec.initializer
+    if initializer is None:
+        return None
+    kubernetes = cluster.spec.type == "kubernetes"
+    sources = []
+    for role in ROLES:
+        part = getattr(initializer, role)
+        if part is None or not part.storage_uri:
+            continue
+        where = f"spec.initializer.{role}"
+        try:
+            location = parse_storage_uri(part.storage_uri, role)
+        except ValueError as exc:
+            raise InvalidSpec(f"{where}.storageUri", part.storage_uri, str(exc)) from None
+        if location.scheme == "pvc" and not kubernetes:
+            raise InvalidSpec(f"{where}.storageUri", part.storage_uri,
+                              f"pvc:// names a PersistentVolumeClaim: only a Kubernetes cluster has one (cluster "
+                              f"{cluster.name!r} is {cluster.spec.type}); use file:// for shared storage")
+        env = []
+        for index, entry in enumerate(part.env or []):
+            if not kubernetes and (entry.value_from is not None or not _SHELL_ENV_NAME.fullmatch(entry.name)):
+                raise InvalidSpec(f"{where}.env[{index}]", entry.name,
+                                  "off Kubernetes an initializer's env is a shell name with a literal value (put "
+                                  "credentials in secretRef)")
+            env.append((entry.name, entry.value or ""))
+        if kubernetes:
+            _check_initializer_job(template, runtime.name, role, where)
+        secret = part.secret_ref.name if part.secret_ref is not None else None
+        if secret is not None and not kubernetes and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}", secret):
+            raise InvalidSpec(f"{where}.secretRef.name", secret, "must be a file name: letters, digits and _ . -")
+        sources.append(StageSource(role, part.storage_uri, tuple(env), secret))
+    if not sources:
+        return None
+    if kubernetes:
+        return StagingPlan(tuple(sources))
+    staging_dir = cluster.spec.staging_dir
+    if staging_dir is None and cluster.spec.type == "local":
+        from bridge.records import state_root
+
+        staging_dir = str(state_root() / "staging")
+    if staging_dir is None:
+        raise InvalidSpec("spec.initializer", ", ".join(s.uri for s in sources),
+                          f"cluster {cluster.name!r} has no shared storage to stage into: set its spec.stagingDir "
+                          "(a directory every node mounts)")
+    _check_directive_value(f"cluster {cluster.name}: spec.stagingDir", staging_dir)
+    return StagingPlan(tuple(sources), staging_dir, cluster.spec.secrets_dir)
+
+
+def _check_initializer_job(template: JobSetSpec, runtime_name: str, role: str, where: str) -> None:
+    """Kubeflow's JobSet plugin: the runtime needs a ``<role>-initializer`` job whose container of that name
+    mounts the ``initializer`` volume, or the data has nowhere to go."""
+    name = f"{role}-initializer"
+    for job in template.replicated_jobs or []:
+        pod = job.template.spec.template.spec if job.name == name else None
+        for container in (pod.containers if pod else None) or []:
+            if container.name == name and any(m.get("name") == "initializer" for m in container.volume_mounts or []):
+                return
+    raise InvalidSpec(where, name, f"runtime {runtime_name!r} has no replicated job {name!r} with a container "
+                      f"{name!r} mounting the 'initializer' volume, so nothing would fetch it (Kubeflow's webhook "
+                      "refuses this TrainJob too)")
 
 
 def _gpu_note(framework: str, procs: int, resources: NodeResources, job: str) -> tuple[str, ...]:
@@ -548,8 +659,6 @@ def _unhonoured(trainjob: TrainJob, runtime, template, trainer_job, container, i
     if image and cluster.spec.defaults.container_runtime == "none" and trainjob.spec.trainer is not None \
             and trainjob.spec.trainer.image:
         found.append(("image", "spec.trainer.image", image))
-    if trainjob.spec.initializer is not None:
-        found.append(("initializer", "spec.initializer", "dataset/model initializers"))
     required = set(cluster.spec.defaults.must_honour)
     notes = []
     for key, where, value in found:
@@ -988,8 +1097,34 @@ def _check_directive_value(where: str, value: str) -> None:
 def job_environment(plan: LaunchPlan) -> tuple[tuple[str, str], ...]:
     """What every process of every job finds, on every backend, after the TrainJob's own env (README:
     "The job's environment"); HOME and USER are the account's own where a backend starts without them."""
+    staged = tuple((STAGED_DIR_ENV[source.role], plan.staging.path(plan.uid, source.role))
+                   for source in plan.staging.sources) if plan.staging else ()
     return (("HPCBRIDGE_JOB_UID", plan.uid), ("HPCBRIDGE_JOB_NAME", plan.name),
-            ("HPCBRIDGE_JOB_NAMESPACE", plan.namespace), ("HPCBRIDGE_CLUSTER", plan.cluster))
+            ("HPCBRIDGE_JOB_NAMESPACE", plan.namespace), ("HPCBRIDGE_CLUSTER", plan.cluster), *staged)
+
+
+#: the line before the stage step in a batch script
+STAGE_COMMENT = ("# initializers: the dataset and model are staged once, on this node, into the cluster's shared "
+                 "stagingDir; a failure ends the job here")
+
+
+def stage_argv(plan: LaunchPlan) -> tuple[str, ...]:
+    """The stage step an HPC backend runs once, on the job's first node, before ``hpcbridge launch``: the
+    initializers' URIs, env and secret names as arguments (secret values are read on the node, never here)."""
+    staging = plan.staging
+    assert staging is not None and staging.dir
+    launch = plan.launch_command
+    argv = [*(launch[:-1] if launch[-1] == "launch" else ("hpcbridge",)), "stage", "--job-id", plan.uid,
+            "--staging-dir", staging.dir]
+    if staging.secrets_dir:
+        argv += ["--secrets-dir", staging.secrets_dir]
+    for source in staging.sources:
+        argv += [f"--{source.role}", source.uri]
+        for name, value in source.env:
+            argv += [f"--{source.role}-env", f"{name}={value}"]
+        if source.secret:
+            argv += [f"--{source.role}-secret", source.secret]
+    return tuple(argv)
 
 
 #: a batch script's line that gives the job the account's HOME and USER when the backend started it without

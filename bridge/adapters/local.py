@@ -52,8 +52,10 @@ from bridge.plan import (
     gang_note,
     job_environment,
     script_env,
+    stage_argv,
 )
 from bridge.records import state_root
+from bridge.staging.phase import phase_status, read_phase
 
 #: seconds a node group gets between the signal and SIGKILL when the job is stopped
 GRACE_SECONDS = 10.0
@@ -159,6 +161,9 @@ def render_layout(plan: LaunchPlan) -> str:
     }
     if gang_note(plan):
         document["gang"] = gang_note(plan)
+    if plan.staging:
+        # run first, alone: the groups start only when it succeeded
+        document["stage"] = {"argv": list(stage_argv(plan))}
     return dump_yaml([document])
 
 
@@ -264,6 +269,9 @@ class LocalAdapter(Adapter):
         base_env.setdefault("USER", getpass.getuser())
         deadline = self._clock() + plan.time_limit_seconds if plan.time_limit_seconds else None
         job = _OwnedJob(ref, directory, [], deadline)
+        self._owned[ref.job_id] = job
+        if plan.staging and not self._stage(plan, job, workdir, base_env):
+            return ref  # it failed, timed out or was cancelled: the result is written, no node started
         prefix = len(groups) > 1
         for group in groups:
             env = {**base_env, **dict(group.env), **dict(job_environment(plan)), **script_env(plan),
@@ -286,12 +294,55 @@ class LocalAdapter(Adapter):
                                                              f"[node-{group.node}] " if prefix else ""), daemon=True)
             pump.start()
             job.pumps.append(pump)
-        _write_json(directory / "job.json", {
-            "jobId": ref.job_id, "uid": plan.uid, "name": plan.name, "namespace": plan.namespace,
-            "owner": os.getpid(), "groups": [p.pid for p in job.processes], "started": time.time(),
-            "timeLimitSeconds": plan.time_limit_seconds})
-        self._owned[ref.job_id] = job
+        self._record(plan, job, [p.pid for p in job.processes])
         return ref
+
+    def _record(self, plan: LaunchPlan, job: _OwnedJob, groups: list[int]) -> None:
+        _write_json(job.directory / "job.json", {
+            "jobId": job.ref.job_id, "uid": plan.uid, "name": plan.name, "namespace": plan.namespace,
+            "owner": os.getpid(), "groups": groups, "started": time.time(),
+            "timeLimitSeconds": plan.time_limit_seconds,
+            **({"stagingDir": plan.staging.dir} if plan.staging else {})})
+
+    def _stage(self, plan: LaunchPlan, job: _OwnedJob, workdir: str, base_env: dict[str, str]) -> bool:
+        """The stage step, before any node starts (as on Slurm and Flux, where it runs first in the batch
+        script). Its pid is the job's only group meanwhile, so a cancel from elsewhere stops it. False: the
+        job ended here, its result written."""
+        env = {**base_env, **dict(job_environment(plan))}
+        argv = list(stage_argv(plan))
+        try:
+            proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            raise BackendRejected("local", f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        self._record(plan, job, [proc.pid])
+        pump = threading.Thread(target=self._pump, args=(proc, job.directory / "stage.log", ""), daemon=True)
+        pump.start()
+        job.processes.append(proc)
+        try:
+            while proc.poll() is None:
+                if job.deadline is not None and self._clock() >= job.deadline:
+                    job.timed_out = True
+                    self._stop(job, signal.SIGTERM, GRACE_SECONDS)
+                    break
+                time.sleep(0.05)
+        finally:
+            pump.join(timeout=5)
+            job.processes.clear()
+        code = proc.wait()
+        if code == 0:
+            return True
+        if (job.directory / "cancelled").exists():
+            status = JobStatus(job.ref, JobState.CANCELLED, exit_code=_shell_code(code), reason="Cancelled")
+        elif job.timed_out:
+            status = JobStatus(job.ref, JobState.TIMEOUT, reason="DeadlineExceeded",
+                               message="activeDeadlineSeconds passed while the initializers ran")
+        else:
+            reason, message = phase_status(read_phase(plan.staging.dir, plan.uid)) or (
+                "InitializerFailed", f"the stage step exited with code {_shell_code(code)}")
+            status = JobStatus(job.ref, JobState.FAILED, exit_code=_shell_code(code), reason=reason, message=message)
+        self._finish(job, status)
+        return False
 
     def _pump(self, proc: subprocess.Popen, log_path: Path, prefix: str) -> None:
         assert proc.stdout is not None
@@ -342,7 +393,10 @@ class LocalAdapter(Adapter):
                              reason=result.get("reason"), message=result.get("message"))
         owner = int(record.get("owner", 0)) or -1
         if any(_alive(pgid) for pgid in record.get("groups", [])) or _alive(owner, group=False):
-            return JobStatus(ref, JobState.RUNNING, nodes=(socket.gethostname(),))
+            staging = phase_status(read_phase(record["stagingDir"], record.get("uid", ref.uid))) \
+                if record.get("stagingDir") else None
+            return JobStatus(ref, JobState.RUNNING, nodes=(socket.gethostname(),),
+                             reason=staging[0] if staging else None, message=staging[1] if staging else None)
         # the owning process died before it could write the result: nobody knows the exit code
         if (directory / "cancelled").exists():
             return JobStatus(ref, JobState.CANCELLED, reason="Cancelled")
@@ -482,7 +536,7 @@ class LocalAdapter(Adapter):
         offsets: dict[Path, int] = {}
         while True:
             finished = self._status(ref).state.finished
-            for path in sorted(directory.glob("node-*.log")):
+            for path in [*directory.glob("stage.log"), *sorted(directory.glob("node-*.log"))]:
                 with open(path, "rb") as handle:
                     handle.seek(offsets.get(path, 0))
                     data = handle.read()

@@ -262,6 +262,25 @@ class BridgeClusterSpec(WireModel):
     #: local: the GPUs this machine lends its emulated nodes (device ids as CUDA_VISIBLE_DEVICES takes them);
     #: unset: the inherited CUDA_VISIBLE_DEVICES, else what nvidia-smi -L (or /proc/driver/nvidia) lists
     gpus: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")]] | None = Field(default=None, max_length=1024)
+    #: slurm, flux, local: a directory on storage every node of the cluster shares, where initializers stage
+    #: datasets and models (its ``cache/``, shared by every job) before the trainer starts. Unset on the local
+    #: cluster: ``$XDG_STATE_HOME/hpcbridge/staging``; unset elsewhere: a TrainJob with an initializer is refused
+    staging_dir: str | None = None
+    #: slurm, flux, local: where an initializer's ``secretRef`` is read on the node, as ``<secretsDir>/<name>``
+    #: (``KEY=value`` lines, readable by its owner only); default ``~/.config/hpcbridge/secrets``
+    secrets_dir: str | None = None
+
+    @field_validator("staging_dir", "secrets_dir")
+    @classmethod
+    def _shared_path(cls, value: str | None, info) -> str | None:
+        if value is None:
+            return value
+        if not DIRECTIVE_SAFE.fullmatch(value):
+            raise ValueError("must be one line without quotes, backslashes or control characters")
+        # the stage step expands ~ in secretsDir on the node; stagingDir also becomes the trainer's paths
+        if not (value.startswith("/") or (info.field_name == "secrets_dir" and value.startswith("~/"))):
+            raise ValueError("must be an absolute path: every node reads it from its own working directory")
+        return value
 
     @field_validator("allowed_namespaces")
     @classmethod
@@ -290,6 +309,9 @@ class BridgeClusterSpec(WireModel):
                 raise ValueError(f"section {section!r} does not belong to a cluster of type {self.type!r}")
         if self.gpus is not None and self.type != "local":
             raise ValueError(f"gpus is the local cluster's own list; a {self.type} cluster's scheduler knows its GPUs")
+        if self.type == "kubernetes" and (self.staging_dir or self.secrets_dir):
+            raise ValueError("stagingDir and secretsDir are for Slurm, Flux and local clusters; on Kubernetes the "
+                             "runtime's initializer volume holds the data and secretRef names a Secret")
         if self.defaults.image is not None and self.type != "kubernetes":
             raise ValueError(f"defaults.image is the image of pods that name none; a {self.type} cluster runs "
                              "commands on its nodes (a TrainJob's own image with defaults.containerRuntime)")

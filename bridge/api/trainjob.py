@@ -83,8 +83,11 @@ class _InitializerBase(WireModel):
     @field_validator("storage_uri")
     @classmethod
     def _uri(cls, uri: str | None) -> str | None:
-        if uri and not _STORAGE_URI.match(uri):
-            raise ValueError("must be a URI with a scheme, e.g. hf://org/model or s3://bucket/path")
+        # an absolute path is hpc-bridge's (data already on the cluster's shared storage; the TrainJob CRD on
+        # Kubernetes keeps upstream's URI rule)
+        if uri and not (_STORAGE_URI.match(uri) or (uri.startswith("/") and "\x00" not in uri)):
+            raise ValueError("must be a URI with a scheme, e.g. hf://org/model or s3://bucket/path, or an absolute "
+                             "path")
         return uri
 
     @field_validator("env")

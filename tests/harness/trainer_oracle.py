@@ -37,6 +37,8 @@ KNOWN_DIFFERENCES = (
     "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_JOB_NAME]",
     "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_JOB_NAMESPACE]",
     "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_CLUSTER]",
+    "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_DATASET_DIR]",
+    "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_MODEL_DIR]",
     # the MPI pods' extras for `hpcbridge launch`: the job's sshd host keys and the client key under the name the
     # launch reads (Secret items 3-5), and the hostfile on every pod, not only on the launcher
     "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.items[3]",

@@ -20,15 +20,21 @@ from bridge.plan import find_runtime, resolve
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 CASE_NAMES = ["torch-cpu-2nodes", "mpi-4x2-openmpi", "gpu-8x4-queue", "hostile", "flux-2x4", "steps-script",
-              "xgboost-2x2-gpus", "mpi-2x4-gpus2", "gang-coscheduling", "gang-volcano"]
+              "xgboost-2x2-gpus", "mpi-2x4-gpus2", "gang-coscheduling", "gang-volcano", "initializers"]
 SUFFIX = {"slurm": "sbatch", "flux": "jobspec.json", "kubernetes": "jobset.yaml", "local": "local.yaml"}
 #: what a case's Kubernetes cluster has (its gang scheduler)
 KUBERNETES = {"gang-coscheduling": {"gangScheduler": "coscheduling"},
               "gang-volcano": {"gangScheduler": "volcano", "queue": "team-a"}}
 
 
+#: the HPC clusters' shared storage for staged data (a blank in it: every use must be quoted)
+STAGING_DIR = "/shared/hpcbridge staging"
+
+
 def cluster(kind: str, case: str = "") -> BridgeCluster:
     spec: dict = {"type": kind}
+    if kind != "kubernetes":
+        spec["stagingDir"] = STAGING_DIR
     if kind == "kubernetes" and case in KUBERNETES:
         spec["kubernetes"] = KUBERNETES[case]
     return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",

@@ -27,6 +27,7 @@ from bridge.adapters.flux.client import FluxCLI
 from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import LocalTransport, SSHTransport, Transport
 from bridge.plan import Launcher, LaunchPlan
+from bridge.staging.phase import with_stage_phases
 
 #: Flux job states (RFC 21) → ours; INACTIVE is decided by the result
 STATES = {"NEW": JobState.PENDING, "DEPEND": JobState.PENDING, "PRIORITY": JobState.PENDING,
@@ -164,7 +165,8 @@ class FluxAdapter(Adapter):
         for ref in refs:
             job = found.get(ref.job_id)
             statuses[ref] = status_from_json(ref, job) if job else JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
-        return statuses
+        return with_stage_phases(statuses, self.cluster.spec.staging_dir,
+                                 lambda paths: self.transport.run(["cat", *paths], timeout=30).stdout)
 
     def changes(self) -> Iterator[str | None]:
         """The job manager's event journal (``job-manager.events-journal``): a job's id when it starts, ends or

@@ -16,6 +16,7 @@ from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
     ACCOUNT_ENV_LINE,
     MPI_LAUNCHERS,
+    STAGE_COMMENT,
     Launcher,
     LaunchPlan,
     check_identity,
@@ -23,6 +24,7 @@ from bridge.plan import (
     gang_note,
     job_environment,
     script_env,
+    stage_argv,
 )
 from bridge.shell import comment, join, quote
 
@@ -57,6 +59,7 @@ def batch_script(plan: LaunchPlan) -> str:
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
         # here, not in the jobspec's environment: the subinstance's broker drops SLURM_* from what it inherits
         *(f"export {name}={quote(value)}" for name, value in script_env(plan).items()),
+        *((STAGE_COMMENT, join(stage_argv(plan))) if plan.staging else ()),
         f"exec flux run {' '.join(node_task)} {launch}" if per_node else f"exec {launch}",
     ]
     return "\n".join(lines) + "\n"
@@ -189,7 +192,9 @@ def direct_jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> 
 def jobspec(plan: LaunchPlan, base_env: dict[str, str] | None = None) -> dict[str, Any]:
     """*base_env* is the cluster's environment for jobs (at least a PATH that finds flux and hpcbridge)."""
     # runtimes whose launcher is Flux's own PMI go direct; everything else runs hpcbridge launch in a batch
-    spec = direct_jobspec(plan, base_env) if plan.launcher == Launcher.FLUX else batch_jobspec(plan, base_env)
+    # (a job with initializers too: its stage step runs first, in the batch script)
+    direct = plan.launcher == Launcher.FLUX and not plan.staging
+    spec = direct_jobspec(plan, base_env) if direct else batch_jobspec(plan, base_env)
     validate_jobspec(spec)
     return spec
 

@@ -106,6 +106,31 @@ def _set_env(container: dict[str, Any], entries: list[dict[str, Any]]) -> None:
     container["env"] = env + entries
 
 
+def _initializers(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
+    """Kubeflow's JobSet plugin: each initializer job's container of its name gets STORAGE_URI and the
+    initializer's env (upserted in place), and its Secret as envFrom."""
+    if plan.staging is None:
+        return
+    for source in plan.staging.sources:
+        for job in jobs:
+            labels = ((job.get("template") or {}).get("metadata") or {}).get("labels") or {}
+            if labels.get(ANCESTOR_LABEL) != source.container:
+                continue
+            for container in _pod_spec(job).get("containers", []):
+                if container.get("name") != source.container:
+                    continue
+                env = container.setdefault("env", [])
+                for name, value in (("STORAGE_URI", source.uri), *source.env):
+                    entry = next((e for e in env if e.get("name") == name), None)
+                    if entry is None:
+                        env.append({"name": name, "value": value})
+                    else:
+                        entry.clear()
+                        entry.update({"name": name, "value": value})
+                if source.secret:
+                    container.setdefault("envFrom", []).append({"secretRef": {"name": source.secret}})
+
+
 def _set_pod_count(job: dict[str, Any], count: int) -> None:
     spec = job.setdefault("template", {}).setdefault("spec", {})
     spec["parallelism"] = count
@@ -183,6 +208,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         _inject_torch_env(plan, jobs, master_host)
     if plan.launcher in _LAUNCHED and (container.get("command") or container.get("args")):
         _launch(plan, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
+    _initializers(plan, jobs)
     counted = node_job if plan.launcher in _OVER_SSH else trainer
     for job in jobs:
         if job is not counted:

@@ -38,6 +38,7 @@ from bridge.adapters.slurm.state import (
 from bridge.adapters.transport import CommandResult, LocalTransport, SSHTransport, Transport
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
+from bridge.staging.phase import with_stage_phases
 
 _PARSABLE_ID = re.compile(r"^(\d+)(;\S+)?$")
 # sbatch/squeue messages that mean "try again", as opposed to "your request is wrong"
@@ -230,7 +231,14 @@ class SlurmAdapter(Adapter):
                                           message="neither squeue nor accounting knows this job")
             else:
                 statuses[ref] = self._status(ref, record)
-        return statuses
+        return self._with_stage_phases(statuses)
+
+    def _with_stage_phases(self, statuses: dict[JobRef, JobStatus]) -> dict[JobRef, JobStatus]:
+        if self.rest is not None:
+            return statuses  # no shell on the cluster to read the phase files with
+        # a job without initializers has no phase file: cat says so on stderr, and prints the others
+        return with_stage_phases(statuses, self.cluster.spec.staging_dir,
+                                 lambda paths: self.transport.run(["cat", *paths], timeout=30).stdout)
 
     def _squeue(self, job_ids: list[str]) -> list[SlurmRecord]:
         if self.rest is not None:

@@ -18,12 +18,14 @@ from bridge.plan import (
     ACCOUNT_ENV_LINE,
     MPI_LAUNCHERS,
     ONCE_PER_JOB,
+    STAGE_COMMENT,
     Launcher,
     LaunchPlan,
     check_identity,
     check_shell_env,
     gang_note,
     job_environment,
+    stage_argv,
 )
 from bridge.shell import comment, join, quote
 
@@ -215,6 +217,9 @@ def render_script(plan: LaunchPlan) -> str:
         lines.append(f"export {entry.name}={quote(entry.value or '')}")
     for name, value in job_environment(plan):
         lines.append(f"export {name}={quote(value)}")
+    if plan.staging:
+        lines.append(STAGE_COMMENT)
+        lines.append(join(stage_argv(plan)))
     if plan.launcher == Launcher.SCRIPT:
         # a converted batch script: its body is the job, exactly as sbatch would run it
         lines.append(f"exec {join(plan.exec_argv)}")
