@@ -13,6 +13,7 @@ the end, ``result.json``. A cancel from elsewhere leaves a ``cancelled`` mark, t
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import json
 import os
@@ -23,7 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -108,17 +110,40 @@ def gpu_slices(plan: LaunchPlan, gpus: Sequence[str], source: str) -> list[str] 
     return [",".join(gpus[node * per_node:(node + 1) * per_node]) for node in range(plan.nodes)]
 
 
-def free_port(preferred: int) -> int:
+def free_port(preferred: int, taken: Collection[int] = ()) -> int:
     """*preferred* if a listener could bind it on every address now (as the coordinator will, without
-    SO_REUSEADDR), else a port the kernel picks."""
-    for port in (preferred, 0):
+    SO_REUSEADDR) and no other local job has claimed it, else a port the kernel picks."""
+    for port in (preferred, *([0] * 8)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind(("", port))
             except OSError:
                 continue
-            return probe.getsockname()[1]
+            found = probe.getsockname()[1]
+        if found not in taken:
+            return found
     raise BackendRejected("local", "no free TCP port for the job's coordinator")
+
+
+@contextmanager
+def _claiming_ports() -> Iterator[set[int]]:
+    """The coordinator ports other running local jobs have claimed, while no other submit may claim one: a
+    port is free until its coordinator binds it, seconds after it is chosen, so two jobs starting together
+    would otherwise both take it."""
+    root = state_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".ports.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            taken = set()
+            for path in root.glob("*/job.json"):
+                record = _read_json(path)
+                if record and record.get("port") and not (path.parent / "result.json").exists() \
+                        and _alive(int(record.get("owner", 0)) or -1, group=False):
+                    taken.add(int(record["port"]))
+            yield taken
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -224,6 +249,8 @@ class _OwnedJob:
     #: exit code of the node that failed first; the others were stopped because of it
     first_failure: int | None = None
     timed_out: bool = False
+    #: the coordinator port this job claimed (job.json says so to other submits)
+    port: int | None = None
     result: JobStatus | None = None
 
 
@@ -257,9 +284,7 @@ class LocalAdapter(Adapter):
         directory = _job_dir(plan.uid)
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True, mode=0o700)
-        # every node of every local job shares this machine: the coordinator's port is the plan's when it is
-        # free, else one that is (another job holds it, or its last connections still linger in TIME_WAIT)
-        groups = layout(replace(plan, rdzv_port=free_port(plan.rdzv_port)))
+        layout(plan)  # refused here, before anything starts, if the plan cannot run locally
         # The children run with this hpc-bridge's Python first on PATH, so `python3`, `torchrun` and
         # `mpirun`-launched ranks find the packages installed next to it. Variables of an enclosing Slurm
         # or MPI job are dropped: the local job is not part of that allocation.
@@ -272,6 +297,13 @@ class LocalAdapter(Adapter):
         self._owned[ref.job_id] = job
         if plan.staging and not self._stage(plan, job, workdir, base_env):
             return ref  # it failed, timed out or was cancelled: the result is written, no node started
+        # every node of every local job shares this machine: the coordinator's port is the plan's when it is
+        # free, else one that is (another job holds it, or its last connections still linger in TIME_WAIT);
+        # chosen after staging, which may take long while other jobs start, and claimed in job.json
+        with _claiming_ports() as taken:
+            job.port = free_port(plan.rdzv_port, taken)
+            self._record(plan, job, [p.pid for p in job.processes])
+        groups = layout(replace(plan, rdzv_port=job.port))
         prefix = len(groups) > 1
         for group in groups:
             env = {**base_env, **dict(group.env), **dict(job_environment(plan)), **script_env(plan),
@@ -301,7 +333,7 @@ class LocalAdapter(Adapter):
         _write_json(job.directory / "job.json", {
             "jobId": job.ref.job_id, "uid": plan.uid, "name": plan.name, "namespace": plan.namespace,
             "owner": os.getpid(), "groups": groups, "started": time.time(),
-            "timeLimitSeconds": plan.time_limit_seconds,
+            "timeLimitSeconds": plan.time_limit_seconds, "port": job.port,
             **({"stagingDir": plan.staging.dir} if plan.staging else {})})
 
     def _stage(self, plan: LaunchPlan, job: _OwnedJob, workdir: str, base_env: dict[str, str]) -> bool:

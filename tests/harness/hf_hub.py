@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +21,8 @@ from urllib.parse import unquote, urlsplit
 class Repo:
     files: dict[str, bytes]
     private: bool = False
+    #: seconds each file body waits before it is sent: a download slow enough to watch
+    delay: float = 0.0
 
     @property
     def sha(self) -> str:
@@ -38,8 +41,9 @@ class HubServer:
     #: every Authorization header value seen, to show where the token went
     authorizations: list[str] = field(default_factory=list)
 
-    def add(self, kind: str, repo_id: str, files: dict[str, bytes], private: bool = False) -> Repo:
-        self.repos[(kind, repo_id)] = Repo(files, private)
+    def add(self, kind: str, repo_id: str, files: dict[str, bytes], private: bool = False,
+            delay: float = 0.0) -> Repo:
+        self.repos[(kind, repo_id)] = Repo(files, private, delay)
         return self.repos[(kind, repo_id)]
 
     def downloads(self) -> int:
@@ -126,6 +130,7 @@ class HubServer:
                                "Content-Type": "application/octet-stream"}
                     if not head:
                         hub.served["file"] += 1
+                        time.sleep(repo.delay)
                     self._send(200, data, headers, head)
                     return
                 self._send(404, b"not a hub path")

@@ -1,0 +1,227 @@
+"""Initializers on the HPC backends, against real servers: a dataset from a real S3 server (SeaweedFS, built
+from its Go module) with credentials from a secret, a model from a hub-shaped HTTP server (hf://), staged by
+the stage step into the cluster's shared stagingDir on the local cluster, real Slurm and Flux (when present).
+
+- the trainer reads both where HPCBRIDGE_DATASET_DIR / HPCBRIDGE_MODEL_DIR say (the model without the
+  formats Kubeflow's model initializer skips);
+- the second job with the same URIs downloads nothing: the servers' own counters say so;
+- two jobs started together download once (the cache's lock);
+- a bad URI fails the job, naming the initializer and the URI, and the trainer never runs;
+- while a slow model downloads, status says "Initializing (model)";
+- the S3 secret appears in no artifact, log, status or state file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge import service
+from bridge.adapters.base import JobState
+from tests.harness.hf_hub import HubServer
+from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
+from tests.integration.engines import finished
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "datasets"
+EXAMPLES = [f'{{"instruction": "say {i}", "output": "{i}"}}\n' for i in range(40)]
+MODEL_FILES = {"config.json": b'{"model_type": "tiny", "hidden_size": 8}',
+               "model.safetensors": os.urandom(64 * 1024), "tokenizer.model": b"tok",
+               "pytorch_model.bin": b"skipped: Kubeflow's model initializer ignores *.bin"}
+
+TRAINER = """\
+import json, os, pathlib, sys
+data = pathlib.Path(os.environ["HPCBRIDGE_DATASET_DIR"])
+model = pathlib.Path(os.environ["HPCBRIDGE_MODEL_DIR"])
+pathlib.Path(sys.argv[1]).touch()  # the trainer ran
+rows = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines()]
+config = json.loads((model / "config.json").read_text())
+assert not (model / "pytorch_model.bin").exists()
+print(f"trainer read {len(rows)} examples, {(data / 'extra' / 'notes.txt').read_text()}, model "
+      f"{config['model_type']} ({(model / 'model.safetensors').stat().st_size} bytes)", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory) -> S3Server:
+    pytest.importorskip("boto3", reason="boto3 is not installed (scripts/setup.sh --all installs it)")
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    client = server.client()
+    client.create_bucket(Bucket=BUCKET)
+    for prefix in ("alpaca/v1", "alpaca/together"):
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/train.jsonl", Body="".join(EXAMPLES).encode())
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/extra/notes.txt", Body=b"notes ok")
+    # what fetching one object costs in the server's GET count, as boto3's download_file fetches it (its HEAD
+    # counts as a GET there): a dataset of 2 objects downloaded once costs twice that
+    before = server.requests("GET", BUCKET)
+    client.put_object(Bucket=BUCKET, Key="probe/one", Body=b"1")
+    client.download_file(BUCKET, "probe/one", str(tmp_path_factory.mktemp("probe") / "one"))
+    server.per_object = server.requests("GET", BUCKET) - before
+    assert server.per_object > 0
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def hub() -> HubServer:
+    pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed (scripts/setup.sh --all)")
+    server = HubServer().start()
+    server.add("model", "tiny-org/tiny-model", MODEL_FILES)
+    server.add("model", "tiny-org/slow-model", MODEL_FILES, delay=1.5)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(engine, tmp_path):
+    """The engine's cluster with shared storage for staging (this machine's disk: every node here sees it)
+    and a secrets directory holding the S3 credentials."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(mode=0o700)
+    (secrets / "s3-credentials").write_text(f"ACCESS_KEY_ID={ACCESS_KEY}\nSECRET_ACCESS_KEY={SECRET_KEY}\n")
+    (secrets / "s3-credentials").chmod(0o600)
+    spec = engine.cluster.spec.model_copy(update={"staging_dir": str(tmp_path / "shared staging"),
+                                                  "secrets_dir": str(secrets)})
+    return engine.cluster.model_copy(update={"spec": spec})
+
+
+ENGINES = [pytest.param("local", marks=pytest.mark.local), pytest.param("slurm", marks=pytest.mark.slurm),
+           pytest.param("flux-cli", marks=pytest.mark.flux)]
+
+#: a plain one-command runtime (no launcher to start): the tests time the staging, not torchrun
+RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+           "metadata": {"name": "staged"}, "spec": {"mlPolicy": {"numNodes": 1}}}
+
+
+def trainjob(name: str, workdir: Path, s3: S3Server, hub: HubServer, dataset: str = "s3://datasets/alpaca/v1",
+             model: str = "hf://tiny-org/tiny-model") -> str:
+    (workdir / "train.py").write_text(TRAINER)
+    return yaml.safe_dump_all([RUNTIME, {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "uid": str(uuid.uuid4()), "annotations": {"hpcbridge.io/workdir": str(workdir)}},
+        "spec": {"runtimeRef": {"name": "staged"},
+                 "initializer": {
+                     "dataset": {"storageUri": dataset, "env": [{"name": "ENDPOINT", "value": s3.endpoint}],
+                                 "secretRef": {"name": "s3-credentials"}},
+                     "model": {"storageUri": model, "env": [{"name": "HF_ENDPOINT", "value": hub.endpoint}]}},
+                 "trainer": {"numNodes": 1, "command": [sys.executable, "train.py", f"ran-{name}"]}}}])
+
+
+def prepare(cluster, text: str):
+    return service.prepare(service.read_input("-", stdin=text), cluster=cluster.name,
+                           configured={cluster.name: cluster})
+
+
+def run(cluster, text: str):
+    prepared = prepare(cluster, text)
+    ref = service.submit(prepared, if_finished="rerun").ref
+    status = finished(prepared.adapter, ref, timeout=240)
+    return prepared, status, "".join(service.logs(prepared.adapter, ref.job_id))
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_staged_data_reaches_the_trainer_and_the_second_job_downloads_nothing(engine, cluster, s3, hub,
+                                                                              tmp_path) -> None:
+    gets, files = s3.requests("GET", BUCKET), hub.downloads()
+    _prepared, status, text = run(cluster, trainjob("first", tmp_path, s3, hub))
+    assert status.state == JobState.SUCCEEDED, text
+    assert "trainer read 40 examples, notes ok, model tiny (65536 bytes)" in text, text
+    assert s3.requests("GET", BUCKET) - gets == 2 * s3.per_object  # two objects
+    assert hub.downloads() - files == 3  # config.json, model.safetensors, tokenizer.model: not the .bin
+
+    gets, files = s3.requests("GET", BUCKET), hub.downloads()
+    _prepared, status, text = run(cluster, trainjob("second", tmp_path, s3, hub))
+    assert status.state == JobState.SUCCEEDED, text
+    assert "trainer read 40 examples" in text and "from the cache" in text, text
+    assert (s3.requests("GET", BUCKET), hub.downloads()) == (gets, files)  # nothing downloaded again
+    listed = service.cache_entries(cluster.spec.staging_dir)
+    assert sorted(entry["uri"] for entry in listed) == ["hf://tiny-org/tiny-model", "s3://datasets/alpaca/v1"]
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_a_bad_uri_fails_the_job_naming_the_initializer_and_the_trainer_never_runs(engine, cluster, s3, hub,
+                                                                                   tmp_path) -> None:
+    _prepared, status, text = run(cluster, trainjob("bad-uri", tmp_path, s3, hub, dataset="s3://datasets/no/such"))
+    assert status.state == JobState.FAILED, text
+    assert status.reason == "InitializerFailed", status
+    assert status.message.startswith("the dataset initializer failed for s3://datasets/no/such: no objects"), status
+    assert not (tmp_path / "ran-bad-uri").exists()  # the trainer never started
+
+    _prepared, status, text = run(cluster, trainjob("bad-model", tmp_path, s3, hub, model="hf://tiny-org/nope"))
+    assert status.state == JobState.FAILED and "the model initializer failed for hf://tiny-org/nope" in \
+        status.message, (status, text)
+    assert not (tmp_path / "ran-bad-model").exists()
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_status_says_initializing_while_the_model_downloads(engine, cluster, s3, hub, tmp_path) -> None:
+    prepared = prepare(cluster, trainjob("slow", tmp_path, s3, hub, model="hf://tiny-org/slow-model"))
+    submitted: list = []
+    # the local cluster stages inside submit; anything else returns at once
+    sender = threading.Thread(target=lambda: submitted.append(service.submit(prepared, if_finished="rerun")))
+    sender.start()
+    seen = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if submitted:
+            status = prepared.adapter.poll([submitted[0].ref])[submitted[0].ref]
+        elif prepared.plan.backend == "local":
+            # still inside submit, staging: another process's view of the job (its id is its uid)
+            status = service.status(service.get_adapter(cluster), [prepared.plan.uid])[0]
+        else:
+            time.sleep(0.05)
+            continue
+        if status.message:
+            seen.add(status.message)
+        if status.state.finished:
+            break
+        time.sleep(0.2)
+    sender.join(60)
+    assert "Initializing (model): hf://tiny-org/slow-model" in seen, seen
+    assert status.state == JobState.SUCCEEDED, status
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_two_jobs_started_together_download_once(engine, cluster, s3, hub, tmp_path) -> None:
+    config = tmp_path / "clusters.yaml"
+    config.write_text(yaml.safe_dump(cluster.to_wire()))
+    env = {**os.environ, "HPCBRIDGE_CONFIG": str(config), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    gets = s3.requests("GET", BUCKET)
+    procs = []
+    for name in ("together-a", "together-b"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(trainjob(name, tmp_path, s3, hub, dataset="s3://datasets/alpaca/together"))
+        procs.append(subprocess.Popen([sys.executable, "-m", "bridge", "submit", str(path), "--cluster",
+                                       cluster.name, "--wait"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    assert s3.requests("GET", BUCKET) - gets == 2 * s3.per_object, outputs  # two objects, fetched by one job
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_the_secret_appears_in_no_artifact_log_status_or_state(engine, cluster, s3, hub, tmp_path) -> None:
+    text = trainjob("secretive", tmp_path, s3, hub)
+    rendered = prepare(cluster, text).artifact.text()
+    assert "s3-credentials" in rendered and SECRET_KEY not in rendered and ACCESS_KEY not in rendered
+    prepared, status, logs = run(cluster, text)
+    assert status.state == JobState.SUCCEEDED, logs
+    assert SECRET_KEY not in logs + repr(status)
+    failed_prepared, failed, failed_logs = run(cluster, trainjob("secretive-fails", tmp_path, s3, hub,
+                                                                 dataset="s3://no-such-bucket/x"))
+    assert failed.state == JobState.FAILED and SECRET_KEY not in failed_logs + repr(failed), failed
+    # every file hpc-bridge or the backend wrote for these jobs: state, staging (not the data), job output
+    for root in (Path(os.environ["XDG_STATE_HOME"]), Path(cluster.spec.staging_dir) / "jobs", tmp_path):
+        for path in root.rglob("*"):
+            if path.is_file() and path.parent.name != "secrets":
+                assert SECRET_KEY.encode() not in path.read_bytes(), path
