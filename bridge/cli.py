@@ -242,8 +242,10 @@ def _print_statuses(statuses, output: str) -> None:
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     for row in rows:
-        if row["state"] in ("Pending", "Suspended") and row.get("message"):
-            print(f"{row['job']}: {row['state']}: {row['message']}")  # why it waits (a queue, the scheduler)
+        # why it waits (a queue, the scheduler), what it is fetching first, why its initializer failed
+        if row.get("message") and (row["state"] in ("Pending", "Suspended")
+                                   or row["reason"] in ("Initializing", "InitializerFailed")):
+            print(f"{row['job']}: {row['state']}: {row['message']}")
         for move in row.get("history", ()):
             print(f"{row['job']}: {_move_line(move)}")
 

@@ -309,11 +309,18 @@ class LaunchPlan:
         """The training command, wrapped in the cluster's container runtime when the plan has an image."""
         if not self.image or self.container_runtime == "none":
             return self.command
+        # staged data where Kubeflow's trainers look for it: the job's staging directory as /workspace, and the
+        # whole stagingDir at its own path (the job's dataset and model link into its cache)
+        mounts = () if not self.staging or not self.staging.dir else (
+            (self.staging.dir, self.staging.dir), (f"{self.staging.dir.rstrip('/')}/jobs/{self.uid}", KUBEFLOW_WORKSPACE))
         if self.container_runtime in ("apptainer", "singularity"):
-            return (self.container_runtime, "exec", f"docker://{self.image}", *self.command)
+            binds = tuple(arg for host, inside in mounts for arg in ("--bind", f"{host}:{inside}"))
+            return (self.container_runtime, "exec", *binds, f"docker://{self.image}", *self.command)
         if self.container_runtime == "podman":
-            return ("podman", "run", "--rm", "--network=host", self.image, *self.command)
-        return ("enroot", "start", self.image, *self.command)
+            volumes = tuple(arg for host, inside in mounts for arg in ("-v", f"{host}:{inside}"))
+            return ("podman", "run", "--rm", "--network=host", *volumes, self.image, *self.command)
+        enroot = tuple(arg for host, inside in mounts for arg in ("--mount", f"{host}:{inside}"))
+        return ("enroot", "start", *enroot, self.image, *self.command)
 
 
 def derive_uid(trainjob: TrainJob) -> str:

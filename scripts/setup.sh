@@ -45,7 +45,7 @@ editable=(--config-settings editable_mode=compat)
 # mpi4py is built for whichever MPI it finds first at run time; the wheel carries both ABIs.
 "${pip[@]}" "${editable[@]}" -e . mpi4py
 if [ "$all" = 1 ]; then
-  "${pip[@]}" "${editable[@]}" -e '.[dev]'
+  "${pip[@]}" "${editable[@]}" -e '.[dev,staging]'
   # torch from PyPI; the examples and tests use it on CPU with the gloo backend
   "$venv/bin/python" -c 'import torch' 2>/dev/null || "${pip[@]}" torch numpy
   # jax (CPU) for the JAX example and its tests on the jax-distributed runtime

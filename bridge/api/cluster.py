@@ -280,6 +280,8 @@ class BridgeClusterSpec(WireModel):
         # the stage step expands ~ in secretsDir on the node; stagingDir also becomes the trainer's paths
         if not (value.startswith("/") or (info.field_name == "secrets_dir" and value.startswith("~/"))):
             raise ValueError("must be an absolute path: every node reads it from its own working directory")
+        if info.field_name == "staging_dir" and ("," in value or ":" in value):
+            raise ValueError("must not contain ',' or ':' (a container runtime's bind mount separators)")
         return value
 
     @field_validator("allowed_namespaces")

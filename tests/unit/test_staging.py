@@ -243,3 +243,14 @@ def test_a_path_already_on_shared_storage_is_used_in_place(tmp_path: Path) -> No
     link = tmp_path / "stage/jobs/uid-2/dataset"
     assert link.resolve() == data and (link / "x.txt").read_text() == "1"
     assert read_phase(str(tmp_path / "stage"), "uid-2")["phase"] == "ready"
+
+
+def test_a_container_finds_the_data_at_kubeflows_workspace() -> None:
+    plan = plan_of("    model: {storageUri: 'hf://org/m'}", cluster("slurm", stagingDir="/shared/stage",
+                                                                    defaults={"containerRuntime": "apptainer"}))
+    plan = __import__("dataclasses").replace(plan, image="pytorch/pytorch:2.7.1")
+    argv = plan.exec_argv
+    assert argv[:6] == ("apptainer", "exec", "--bind", "/shared/stage:/shared/stage", "--bind",
+                        f"/shared/stage/jobs/{plan.uid}:/workspace")
+    with pytest.raises(ValueError, match="bind"):
+        cluster("slurm", stagingDir="/shared/a:b")
