@@ -349,6 +349,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
     return run(args.job_id, args.staging_dir, sources, args.secrets_dir)
 
 
+def cmd_initialize(args: argparse.Namespace) -> int:
+    from bridge.staging.stage import initialize
+
+    return initialize(args.role, args.into)
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     from bridge import service
 
@@ -511,6 +517,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"the {role} initializer's env (ENDPOINT, IGNORE_PATTERNS, ...)")
         p.add_argument(f"--{role}-secret", metavar="NAME", help=f"the {role} initializer's secret")
     p.set_defaults(func=cmd_stage)
+
+    p = sub.add_parser("initialize", help="Kubeflow's initializer in a pod: fetch $STORAGE_URI into "
+                                           "/workspace/<role> (what the dataset-/model-initializer image does)")
+    p.add_argument("role", choices=("dataset", "model"))
+    p.add_argument("--into", help="where to (default /workspace/<role>)")
+    p.set_defaults(func=cmd_initialize)
 
     p = sub.add_parser("cache", help="the staging cache of a cluster: list its entries, prune unused ones")
     p.add_argument("action", choices=("list", "prune"))

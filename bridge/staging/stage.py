@@ -15,7 +15,7 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,4 +166,55 @@ def run(uid: str, staging_dir: str, sources: Sequence[Source], secrets_dir: str 
                               else str(exc))
         stager.phase(phase="failed", role=current.role, uri=current.uri, reason=reason)
         stager.say(f"hpcbridge: {current.role} initializer failed for {current.uri}: {reason}")
+        return STAGE_FAILED
+
+
+def initialize(role: str, into: str | None = None, env: Mapping[str, str] | None = None,
+               say: Callable[[str], None] | None = None) -> int:
+    """Kubeflow's initializer contract, for a pod: ``STORAGE_URI`` and the initializer's variables in the
+    environment, the data into ``/workspace/<role>`` (the ``initializer`` volume). hpc-bridge's node image runs
+    this where Kubeflow's initializer images cannot be pulled. No cache: the volume is the job's own. The reason
+    of a failure also goes to the container's termination message, which the pod's status carries."""
+    import shutil
+
+    env = dict(os.environ if env is None else env)
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    target = Path(into or f"/workspace/{role}")
+    uri = env.get("STORAGE_URI", "")
+    stager = Stager("", target.parent, say=say)
+    for name, value in env.items():
+        if _SECRET_NAME.search(name) and value:
+            stager._secrets.add(value)
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        if not uri:
+            raise StageError("STORAGE_URI is not set")
+        started = time.monotonic()
+        resolved = resolve(parse_storage_uri(uri, role), role, env)
+        if resolved.in_place is not None:
+            raise StageError("a path is used in place by the trainer; there is nothing to initialize")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        resolved.download(partial)
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.exists():
+            shutil.rmtree(target)  # a rerun of the job: the volume keeps the last run's copy
+        partial.rename(target)
+        from bridge.staging.cache import tree_size
+
+        size, files = tree_size(target)
+        say(f"hpcbridge: {role} {uri}: downloaded {size / 2**20:.1f} MiB ({files} files) in "
+            f"{time.monotonic() - started:.1f} s to {target}")
+        return 0
+    except (StageError, ValueError, OSError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        reason = stager.scrub(f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror
+                              else str(exc))
+        line = f"the {role} initializer failed for {uri}: {reason}"
+        say(f"hpcbridge: {line}")
+        try:
+            Path("/dev/termination-log").write_text(line)
+        except OSError:
+            pass  # not in a pod
         return STAGE_FAILED

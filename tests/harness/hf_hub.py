@@ -35,6 +35,8 @@ class Repo:
 @dataclass
 class HubServer:
     token: str = "hf_test_token_5e1d"
+    #: the address it serves on (pods reach this machine at the real-node cluster's gateway)
+    host: str = "127.0.0.1"
     #: (repo type, repo id) -> Repo; repo type is "model" or "dataset"
     repos: dict[tuple[str, str], Repo] = field(default_factory=dict)
     served: Counter = field(default_factory=Counter)
@@ -135,14 +137,14 @@ class HubServer:
                     return
                 self._send(404, b"not a hub path")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((self.host, 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         return self
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"http://{self.host}:{self.httpd.server_address[1]}"
 
     def stop(self) -> None:
         self.httpd.shutdown()

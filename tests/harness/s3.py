@@ -23,10 +23,10 @@ ACCESS_KEY = "hpcbridge-test-key"
 SECRET_KEY = "hpcbridge-test-secret-7f3a9c"  # a test credential: the tests look for it in every artifact and log
 
 
-def _free(port: int) -> bool:
+def _free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as probe:
         try:
-            probe.bind(("127.0.0.1", port))
+            probe.bind((host, port))
         except OSError:
             return False
     return True
@@ -39,20 +39,21 @@ def _port_pairs(count: int, start: int = 20000, end: int = 30000) -> list[int]:
     for port in range(start + (int(time.time() * 1000) % 997) * 7, end):
         if len(found) == count:
             return found
-        if port not in found and all(_free(p) for p in (port, port + 10000)):
+        if port not in found and all(_free(p) and _free(p, "0.0.0.0") for p in (port, port + 10000)):
             found.append(port)
     raise RuntimeError("no free port pairs for SeaweedFS")
 
 
 class S3Server:
-    def __init__(self, base_dir: Path) -> None:
-        self.base_dir = base_dir
+    def __init__(self, base_dir: Path, host: str = "127.0.0.1") -> None:
+        """*host*: the address it serves on (pods reach this machine at the real-node cluster's gateway)."""
+        self.base_dir, self.host = base_dir, host
         self.proc: subprocess.Popen | None = None
         self.master, self.volume, self.filer, self.s3, self.metrics = 0, 0, 0, 0, 0
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.s3}"
+        return f"http://{self.host}:{self.s3}"
 
     def start(self, timeout: float = 120.0) -> S3Server:
         weed = ensure_built((SEAWEEDFS,))["weed"]
@@ -67,7 +68,7 @@ class S3Server:
             self.metrics = probe.getsockname()[1]
         self.log = open(self.base_dir / "weed.log", "w")
         self.proc = subprocess.Popen(
-            [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            [str(weed), "server", f"-dir={data}", f"-ip={self.host}", f"-ip.bind={self.host}",
              f"-master.port={self.master}", f"-volume.port={self.volume}", f"-filer.port={self.filer}",
              "-s3", f"-s3.port={self.s3}", f"-s3.config={config}", "-volume.max=16", f"-metricsPort={self.metrics}",
              "-master.volumeSizeLimitMB=1024"],
@@ -95,7 +96,7 @@ class S3Server:
 
     def requests(self, kind: str = "GET", bucket: str | None = None) -> int:
         """How many S3 requests of *kind* (GET, LIST, PUT, HEAD…) the server has answered, from its metrics."""
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=10).read().decode()
+        text = urllib.request.urlopen(f"http://{self.host}:{self.metrics}/metrics", timeout=10).read().decode()
         total = 0
         for line in text.splitlines():
             if not line.startswith("SeaweedFS_s3_request_total{"):

@@ -254,3 +254,23 @@ def test_a_container_finds_the_data_at_kubeflows_workspace() -> None:
                         f"/shared/stage/jobs/{plan.uid}:/workspace")
     with pytest.raises(ValueError, match="bind"):
         cluster("slurm", stagingDir="/shared/a:b")
+
+
+def test_a_jobset_says_which_initializer_failed_or_runs() -> None:
+    from bridge.adapters.base import JobState
+    from bridge.adapters.kubernetes import jobset_state
+
+    spec = {"replicatedJobs": [{"name": "dataset-initializer", "template": {"spec": {"template": {"spec": {
+        "containers": [{"name": "dataset-initializer", "env": [{"name": "STORAGE_URI", "value": "s3://b/d"}]}]}}}}},
+        {"name": "node"}]}
+    running = {"spec": spec, "status": {"replicatedJobsStatus": [{"name": "dataset-initializer", "ready": 1},
+                                                                 {"name": "node", "ready": 0}]}}
+    assert jobset_state(running) == (JobState.RUNNING, "Initializing", "Initializing (dataset): s3://b/d")
+    failed = {"spec": spec, "status": {
+        "conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs", "message": "jobset failed"}],
+        "replicatedJobsStatus": [{"name": "dataset-initializer", "failed": 1}, {"name": "node"}]}}
+    assert jobset_state(failed) == (JobState.FAILED, "InitializerFailed",
+                                    "the dataset initializer failed for s3://b/d")
+    trainer_failed = {"spec": spec, "status": {**failed["status"], "replicatedJobsStatus": [
+        {"name": "dataset-initializer", "succeeded": 1}, {"name": "node", "failed": 1}]}}
+    assert jobset_state(trainer_failed) == (JobState.FAILED, "FailedJobs", "jobset failed")

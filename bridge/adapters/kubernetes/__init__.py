@@ -57,8 +57,15 @@ def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
     """JobSet conditions and replicated-job counts → (state, reason, message)."""
     conditions = {c.get("type"): c for c in (jobset.get("status") or {}).get("conditions") or []
                   if c.get("status") == "True"}
+    counts = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
     for kind, state in (("Completed", JobState.SUCCEEDED), ("Failed", JobState.FAILED)):
         if kind in conditions:
+            failed_initializer = next((c["name"] for c in counts if c.get("name") in _INITIALIZER_JOBS
+                                       and (c.get("failed") or 0) > 0), None)
+            if state == JobState.FAILED and failed_initializer:
+                # the trainer never started: say which initializer, and for what
+                return state, "InitializerFailed", (f"the {failed_initializer.split('-')[0]} initializer failed for "
+                                                    f"{_storage_uri(jobset, failed_initializer)}")
             return state, conditions[kind].get("reason"), conditions[kind].get("message")
     if ((jobset.get("metadata") or {}).get("annotations") or {}).get(CANCELLED_ANNOTATION) == "true":
         return JobState.CANCELLED, "Cancelled", "cancelled through hpc-bridge (the JobSet is suspended)"
@@ -70,11 +77,39 @@ def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
         return JobState.SUSPENDED, conditions["Suspended"].get("reason"), conditions["Suspended"].get("message")
     if (jobset.get("spec") or {}).get("suspend"):
         return JobState.SUSPENDED, "Suspended", None
-    counts = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
     # "active" also counts pods still waiting for a node: only ready (or finished) pods mean running
     if any((c.get("ready") or 0) > 0 or (c.get("succeeded") or 0) > 0 for c in counts):
+        fetching = next((c["name"] for c in counts if c.get("name") in _INITIALIZER_JOBS and (c.get("ready") or 0)),
+                        None)
+        if fetching:
+            return (JobState.RUNNING, "Initializing",
+                    f"Initializing ({fetching.split('-')[0]}): {_storage_uri(jobset, fetching)}")
         return JobState.RUNNING, None, None
     return JobState.PENDING, None, None
+
+
+#: Kubeflow's initializer jobs (and their containers), which run before the trainer's
+_INITIALIZER_JOBS = ("dataset-initializer", "model-initializer")
+
+
+def _storage_uri(jobset: dict, job_name: str) -> str:
+    """The URI an initializer job fetches: its container's STORAGE_URI in the JobSet."""
+    for job in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        if job.get("name") != job_name:
+            continue
+        pod = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            for entry in container.get("env") or []:
+                if container.get("name") == job_name and entry.get("name") == "STORAGE_URI":
+                    return str(entry.get("value"))
+    return "its STORAGE_URI"
+
+
+def _log_container(pod) -> str:
+    """The container whose log is the pod's: the trainer's ``node``, else the pod's first (an initializer's,
+    named after its job)."""
+    names = [c.name for c in ((pod.spec.containers or []) if pod.spec else [])]
+    return "node" if "node" in names or not names else names[0]
 
 
 class KubernetesAdapter(Adapter):
@@ -451,23 +486,23 @@ class KubernetesAdapter(Adapter):
         raise BackendUnavailable("kubernetes", f"JobSet {namespace}/{name} was not deleted within 60s")
 
     def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
-        """Logs of the trainer pods' ``node`` containers, as the API server serves them (needs kubelets).
+        """Logs of the JobSet's pods — the trainer's ``node`` container, an initializer's container of its
+        job's name — as the API server serves them (needs kubelets).
 
         With *follow*, every pod's log streams at once, line by line with the pod's name in front, until
         every pod's container has ended."""
         namespace, name = ref.job_id.split("/", 1)
         pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
                           label_selector=f"{JOBSET_NAME_LABEL}={name}")
-        names = sorted(pod.metadata.name for pod in pods.items)
         if not follow:
-            for pod in names:
-                text = self._pod_log(pod, namespace)
+            for pod in sorted(pods.items, key=lambda p: p.metadata.name):
+                text = self._pod_log(pod.metadata.name, namespace, _log_container(pod))
                 if text is not None:
-                    yield f"==> {pod} <==\n{text}"
+                    yield f"==> {pod.metadata.name} <==\n{text}"
             return
         yield from self._follow(ref, namespace, name)
 
-    def _pod_log(self, pod: str, namespace: str) -> str | None:
+    def _pod_log(self, pod: str, namespace: str, container: str = "node") -> str | None:
         """The pod's log, or None when the pod is gone since it was listed (a failed JobSet's pods are deleted
         as it ends: their logs went with them)."""
         from kubernetes.client.exceptions import ApiException
@@ -475,7 +510,7 @@ class KubernetesAdapter(Adapter):
         from bridge.adapters.kubernetes.client import CLIENT_ERRORS, translate
 
         try:
-            return self._core().read_namespaced_pod_log(pod, namespace, container="node")
+            return self._core().read_namespaced_pod_log(pod, namespace, container=container)
         except ApiException as exc:
             if exc.status == 404 and self._pod_gone(pod, namespace):
                 return None
@@ -502,10 +537,10 @@ class KubernetesAdapter(Adapter):
 
         lines: queue.Queue = queue.Queue()
 
-        def pump(pod: str) -> None:
+        def pump(pod: str, container: str) -> None:
             try:
                 response = self._call("follow log", self._core().read_namespaced_pod_log, pod, namespace,
-                                      container="node", follow=True, _preload_content=False)
+                                      container=container, follow=True, _preload_content=False)
                 for raw in response.stream():
                     lines.put(raw.decode("utf-8", errors="replace"))
             except Exception as exc:  # noqa: BLE001 - handed to the reading thread, which raises it
@@ -519,12 +554,14 @@ class KubernetesAdapter(Adapter):
             pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
                               label_selector=f"{JOBSET_NAME_LABEL}={name}").items
             for pod in sorted(pods, key=lambda p: p.metadata.name):
-                statuses = [c for c in (pod.status.container_statuses or []) if c.name == "node"] if pod.status else []
+                container = _log_container(pod)
+                statuses = [c for c in (pod.status.container_statuses or []) if c.name == container] \
+                    if pod.status else []
                 started = statuses and statuses[0].state and (statuses[0].state.running or statuses[0].state.terminated)
                 if pod.metadata.name not in followed and started:
                     followed.add(pod.metadata.name)
                     streaming += 1
-                    threading.Thread(target=pump, args=(pod.metadata.name,), daemon=True).start()
+                    threading.Thread(target=pump, args=(pod.metadata.name, container), daemon=True).start()
             ended = self.poll([ref])[ref].state.finished
             deadline = time.monotonic() + interval
             while (remaining := deadline - time.monotonic()) > 0 or (ended and streaming):

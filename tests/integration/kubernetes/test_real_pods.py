@@ -335,3 +335,108 @@ def test_a_tfjob_gives_each_pod_tf_config_for_its_role(real, tmp_path) -> None:
     assert cluster["chief"][0].startswith("tf-multi-worker-node-0-0.") and cluster["chief"][0].endswith(":2223")
     assert cluster["worker"][0].startswith("tf-multi-worker-node-0-1.") and cluster["worker"][0].endswith(":2224")
     assert len(placed) == 2 and set(placed.values()) == set(real.cluster.node_names), placed
+
+
+def staged_runtime(image: str, shared: Path, site: str) -> dict:
+    """Kubeflow's shape for initializers on the node image: dataset and model jobs running `hpcbridge
+    initialize` (Kubeflow's initializer contract: STORAGE_URI in, /workspace/<role> out) where Kubeflow's
+    initializer images cannot be pulled, the `initializer` volume a directory every node shares, and this
+    machine's site-packages for boto3 and huggingface_hub (see with_host_python)."""
+    def job(name: str, command: list[str], ancestor: str, depends: list[str]) -> dict:
+        container = {"name": name, "image": image, "command": command,
+                     "env": [{"name": "PYTHONPATH", "value": site}],
+                     "volumeMounts": [{"name": "initializer", "mountPath": "/workspace"},
+                                      {"name": "site", "mountPath": site, "readOnly": True}]}
+        spec = {"name": name, "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}},
+            "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "containers": [container],
+                "volumes": [{"name": "initializer", "hostPath": {"path": str(shared), "type": "Directory"}},
+                            {"name": "site", "hostPath": {"path": site, "type": "Directory"}}]}}}}}
+        if depends:
+            spec["dependsOn"] = [{"name": d, "status": "Complete"} for d in depends]
+        return spec
+
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "staged-pods"},
+            "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [
+                job("dataset-initializer", ["hpcbridge", "initialize", "dataset"], "dataset-initializer", []),
+                job("model-initializer", ["hpcbridge", "initialize", "model"], "model-initializer",
+                    ["dataset-initializer"]),
+                job("node", ["python3"], "trainer", ["model-initializer"])]}}}}
+
+
+STAGED_TRAINER = """\
+import json, os, pathlib
+data, model = pathlib.Path(os.environ["HPCBRIDGE_DATASET_DIR"]), pathlib.Path("/workspace/model")
+rows = (data / "train.jsonl").read_text().splitlines()
+config = json.loads((model / "config.json").read_text())
+print(f"pod trainer read {len(rows)} rows from {data}, model {config['model_type']}, "
+      f"bin skipped: {not (model / 'pytorch_model.bin').exists()}", flush=True)
+"""
+
+
+def test_initializers_fetch_into_the_shared_volume_before_the_trainer_pod(real, tmp_path) -> None:
+    """A TrainJob's dataset (S3, credentials from a Secret) and model (hf://) reach the trainer pod through
+    the runtime's initializer jobs, run in order before it (JobSet dependsOn); a bad URI fails the TrainJob
+    without a trainer pod."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (scripts/setup.sh --all)")
+    pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed (scripts/setup.sh --all)")
+    from tests.harness.hf_hub import HubServer
+    from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
+
+    gateway = real.cluster.hosts.gateway  # where pods reach this machine
+    s3 = S3Server(tmp_path / "s3", host=gateway)
+    (tmp_path / "s3").mkdir()
+    hub = HubServer(host=gateway).start()
+    s3.start()
+    try:
+        client = s3.client()
+        client.create_bucket(Bucket="data")
+        client.put_object(Bucket="data", Key="alpaca/train.jsonl", Body=b'{"q": 1}\n{"q": 2}\n{"q": 3}\n')
+        hub.add("model", "tiny-org/tiny", {"config.json": b'{"model_type": "tiny"}', "model.safetensors": b"w" * 64,
+                                           "pytorch_model.bin": b"skipped"})
+        real.core.create_namespaced_secret(real.namespace, {
+            "metadata": {"name": "s3-credentials"},
+            "stringData": {"ACCESS_KEY_ID": ACCESS_KEY, "SECRET_ACCESS_KEY": SECRET_KEY}})
+        shared = tmp_path / "initializer"
+        shared.mkdir()
+        shared.chmod(0o777)
+        site = str(Path(yaml.__file__).resolve().parents[1])
+        config = yaml.safe_load(Path(real.env["HPCBRIDGE_CONFIG"]).read_text())
+        image = real.cluster.images["node"].ref
+
+        def job(name: str, dataset: str) -> Path:
+            path = tmp_path / f"{name}.yaml"
+            path.write_text(yaml.safe_dump_all([staged_runtime(image, shared, site), {
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+                "spec": {"runtimeRef": {"name": "staged-pods"},
+                         "initializer": {
+                             "dataset": {"storageUri": dataset, "env": [{"name": "ENDPOINT", "value": s3.endpoint}],
+                                         "secretRef": {"name": "s3-credentials"}},
+                             "model": {"storageUri": "hf://tiny-org/tiny",
+                                       "env": [{"name": "HF_ENDPOINT", "value": hub.endpoint}]}},
+                         "trainer": {"command": ["python3", "-c", STAGED_TRAINER]}}}]))
+            return path
+
+        assert config["spec"]["kubernetes"]["imagePullPolicy"] == "Never"
+        gets = s3.requests("GET", "data")
+        done, _placed = submit_and_watch(real, job("staged", "s3://data/alpaca"), "staged")
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        logs = real.cli("logs", f"{real.namespace}/staged", "--cluster", "real")
+        assert "pod trainer read 3 rows from /workspace/dataset, model tiny, bin skipped: True" in logs.stdout, \
+            (logs.stdout, logs.stderr)
+        assert s3.requests("GET", "data") > gets and hub.downloads() == 2  # config.json, model.safetensors
+
+        failed, _placed = submit_and_watch(real, job("bad-data", "s3://data/missing"), "bad-data")
+        assert failed.returncode != 0, failed.stdout
+        status = yaml.safe_load(real.cli("status", f"{real.namespace}/bad-data", "--cluster", "real", "-o",
+                                         "yaml").stdout)[0]
+        assert (status["state"], status["reason"]) == ("Failed", "InitializerFailed"), status
+        assert status["message"] == "the dataset initializer failed for s3://data/missing", status
+        assert not [p for p in real.pods("bad-data")
+                    if p.metadata.labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "node"]
+        assert SECRET_KEY not in done.stdout + done.stderr + logs.stdout + failed.stdout + failed.stderr
+    finally:
+        hub.stop()
+        s3.stop()
