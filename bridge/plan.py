@@ -452,13 +452,19 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         _unhonoured(trainjob, runtime, template, trainer_job, container, image, cluster)
     queue = _queue(trainjob, cluster)
     staging = _staging(trainjob, runtime, template, cluster)
+    uid = derive_uid(trainjob)
+    if staging is not None and staging.dir and not (image and cluster.spec.defaults.container_runtime != "none"):
+        argv, moved = _workspace_paths(argv, staging.path(uid, ""))
+        if moved:
+            notes += (f"spec.trainer.command: Kubeflow's {KUBEFLOW_WORKSPACE} is this job's staging directory "
+                      f"{staging.path(uid, '').rstrip('/')} on cluster {cluster.name} (no container to mount it in)",)
     notes += _gpu_note(framework, procs, resources, trainer_job.name)
     _check_xgboost_tracker(framework, env)
 
     plan = LaunchPlan(
         name=trainjob.name,
         namespace=namespace,
-        uid=derive_uid(trainjob),
+        uid=uid,
         cluster=cluster.name,
         backend=cluster.spec.type,
         framework=framework,
@@ -553,6 +559,14 @@ def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeC
                           "(a directory every node mounts)")
     _check_directive_value(f"cluster {cluster.name}: spec.stagingDir", staging_dir)
     return StagingPlan(tuple(sources), staging_dir, cluster.spec.secrets_dir)
+
+
+def _workspace_paths(argv: tuple[str, ...], job_dir: str) -> tuple[tuple[str, ...], bool]:
+    """Kubeflow's paths in a trainer command (``/workspace/model``, ``tokenizer.path=/workspace/model/…``),
+    where there is no container, as the job's staging directory: its dataset and model links are there."""
+    pattern = re.compile(rf"(^|=){re.escape(KUBEFLOW_WORKSPACE)}(?=/|$)")
+    moved = tuple(pattern.sub(lambda m: m.group(1) + job_dir.rstrip("/"), arg) for arg in argv)
+    return moved, moved != argv
 
 
 def _check_initializer_job(template: JobSetSpec, runtime_name: str, role: str, where: str) -> None:

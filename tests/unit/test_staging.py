@@ -274,3 +274,15 @@ def test_a_jobset_says_which_initializer_failed_or_runs() -> None:
     trainer_failed = {"spec": spec, "status": {**failed["status"], "replicatedJobsStatus": [
         {"name": "dataset-initializer", "succeeded": 1}, {"name": "node", "failed": 1}]}}
     assert jobset_state(trainer_failed) == (JobState.FAILED, "FailedJobs", "jobset failed")
+
+
+def test_without_a_container_kubeflows_workspace_is_the_jobs_staging_directory() -> None:
+    job, runtime = load_documents(trainjob("    model: {storageUri: 'hf://org/m'}").replace(
+        "command: [python3, train.py]",
+        "command: [tune, run, tokenizer.path=/workspace/model/tokenizer.model, --out, /workspace, /workspaces]")
+        + "---" + RUNTIME)
+    plan = resolve(job, find_runtime(job, [runtime]), cluster("slurm", stagingDir="/shared/stage"))
+    home = f"/shared/stage/jobs/{plan.uid}"
+    assert plan.command == ("tune", "run", f"tokenizer.path={home}/model/tokenizer.model", "--out", home,
+                            "/workspaces")
+    assert any("staging directory" in note for note in plan.notes)
