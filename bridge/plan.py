@@ -453,6 +453,12 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     queue = _queue(trainjob, cluster)
     staging = _staging(trainjob, runtime, template, cluster)
     uid = derive_uid(trainjob)
+    if cluster.spec.type != "kubernetes" and spec_trainer is not None and spec_trainer.command is not None \
+            and tuple(command) == TORCHTUNE_ENTRYPOINT:
+        # Kubeflow's torchtune rewriting, as its torch plugin does it in the pod: the recipe and config
+        nproc = "auto" if resources.gpus and spec_trainer.num_proc_per_node is None else str(procs)
+        argv = (*command, *torchtune_arguments(args, container.command or (), runtime.name, nodes,
+                                               str(procs) if nproc == "auto" else nproc, resources.gpus, None), *args)
     if staging is not None and staging.dir and not (image and cluster.spec.defaults.container_runtime != "none"):
         argv, moved = _workspace_paths(argv, staging.path(uid, ""))
         if moved:
@@ -514,15 +520,16 @@ def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeC
     from bridge.api.storage import ROLES, parse_storage_uri
 
     initializer = trainjob.spec.initializer
-    if initializer is None:
-        return None
     kubernetes = cluster.spec.type == "kubernetes"
     sources = []
     for role in ROLES:
-        part = getattr(initializer, role)
+        part = getattr(initializer, role) if initializer is not None else None
+        where = f"spec.initializer.{role}"
+        if (part is None or not part.storage_uri) and not kubernetes:
+            # what the runtime's initializer job fetches on Kubernetes without one: its own STORAGE_URI
+            part, where = _runtime_initializer(template, role), f"runtime {runtime.name}: {role}-initializer env"
         if part is None or not part.storage_uri:
             continue
-        where = f"spec.initializer.{role}"
         try:
             location = parse_storage_uri(part.storage_uri, role)
         except ValueError as exc:
@@ -559,6 +566,24 @@ def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeC
                           "(a directory every node mounts)")
     _check_directive_value(f"cluster {cluster.name}: spec.stagingDir", staging_dir)
     return StagingPlan(tuple(sources), staging_dir, cluster.spec.secrets_dir)
+
+
+def _runtime_initializer(template: JobSetSpec, role: str):
+    """A runtime's own ``<role>-initializer`` job as an initializer: its container's STORAGE_URI and the rest
+    of its literal env (Kubeflow's torchtune runtimes fetch their default dataset and model so)."""
+    from bridge.api.trainjob import DatasetInitializer
+
+    name = f"{role}-initializer"
+    for job in template.replicated_jobs or []:
+        pod = job.template.spec.template.spec if job.name == name else None
+        for container in (pod.containers if pod else None) or []:
+            env = [e for e in container.env or [] if e.value_from is None]
+            uri = next((e.value for e in env if e.name == "STORAGE_URI"), None)
+            if container.name == name and uri:
+                return DatasetInitializer.model_validate(
+                    {"storageUri": uri, "env": [{"name": e.name, "value": e.value or ""} for e in env
+                                                if e.name != "STORAGE_URI"]})
+    return None
 
 
 def _workspace_paths(argv: tuple[str, ...], job_dir: str) -> tuple[tuple[str, ...], bool]:
@@ -1187,3 +1212,52 @@ def check_shell_env(plan: LaunchPlan) -> None:
                               f"valueFrom is only available on Kubernetes clusters, not {plan.backend}")
         if entry.value is not None and "\x00" in entry.value:
             raise InvalidSpec(f"env {entry.name!r}.value", entry.value, "contains a NUL byte")
+
+
+#: Kubeflow's torchtune entrypoint: a TrainJob whose command is exactly this gets its recipe arguments added
+TORCHTUNE_ENTRYPOINT = ("tune", "run")
+#: runtime command items a torchtune TrainJob keeps (where the runtime put the model, tokenizer and output)
+_TORCHTUNE_KEPT = {"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir", "tokenizer.merges_file"}
+
+
+def torch_nproc(plan: LaunchPlan) -> str:
+    """PET_NPROC_PER_NODE as Kubeflow sets it: the TrainJob's numProcPerNode, else "auto" (one per GPU) when
+    GPUs are asked for, else the CPU count."""
+    return "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
+
+
+def torchtune_arguments(args: Iterable[str], runtime_command: Iterable[str], runtime_name: str, nodes: int,
+                        nproc: str, gpus: int, rdzv_endpoint: str | None) -> list[str]:
+    """What Kubeflow appends to ``tune run``: the rendezvous endpoint when more than one process runs, the
+    recipe and config for the node count, GPUs and LoRA/QLoRA arguments (*args*, the TrainJob's), and the
+    runtime's fixed paths. Without *rdzv_endpoint* (Slurm, Flux, local) the process counts are given instead,
+    and ``hpcbridge launch`` gives torchrun its node rank and master as PET_* variables."""
+    args = list(args)
+
+    def enabled(item: str) -> bool:
+        return any(key.strip() and item in key and value.strip().lower() == "true"
+                   for key, _, value in (arg.partition("=") for arg in args if "=" in arg))
+
+    qlora = enabled("model.quantize_base") and not enabled("model.use_dora")
+    lora = any("model.lora_attn_modules" in arg for arg in args)
+    one_process = nproc == "1" or gpus == 1
+    out: list[str] = []
+    if nodes > 1 or (nproc.isdigit() and int(nproc) > 1) or (nproc == "auto" and gpus > 1):
+        out += [f"--rdzv_endpoint={rdzv_endpoint}"] if rdzv_endpoint else \
+            [f"--nnodes={nodes}", f"--nproc_per_node={nproc}"]
+    recipe, suffix = "full_finetune_distributed", "_full"
+    if nodes == 1 and one_process:
+        recipe, suffix = (("lora_finetune_single_device", "_qlora_single_device") if qlora else
+                          ("lora_finetune_single_device", "_lora_single_device") if lora else
+                          ("full_finetune_single_device", "_full_single_device"))
+    elif nodes == 1 and qlora:
+        recipe, suffix = "lora_finetune_distributed", "_qlora"
+    elif nodes == 1 and lora:
+        recipe, suffix = "lora_finetune_distributed", "_lora"
+    elif nodes > 1:
+        suffix = "_full_multinode"
+    fields = runtime_name.split("-")
+    model = f"{fields[1].replace('.', '_')}/{fields[2].upper()}" if len(fields) == 3 else ""
+    out += [recipe, "--config", f"{model}{suffix}"]
+    out += [item for item in runtime_command if item.split("=")[0] in _TORCHTUNE_KEPT]
+    return out

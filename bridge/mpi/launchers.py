@@ -200,7 +200,10 @@ def tf_config(roles: str, topology: Topology, port: int) -> str:
 
 
 def calls_torchrun(command: Sequence[str]) -> bool:
-    return bool(command) and os.path.basename(command[0]) == "torchrun"
+    """Whether the command starts torchrun itself: torchrun, or torchtune's ``tune run`` (which hands its
+    torchrun arguments on); either reads the PET_* variables."""
+    name = os.path.basename(command[0]) if command else ""
+    return name == "torchrun" or (name == "tune" and list(command[1:2]) == ["run"])
 
 
 def flux_run_argv(topology: Topology, command: Sequence[str], gpus_per_node: int = 0) -> list[str]:

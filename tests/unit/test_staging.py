@@ -286,3 +286,74 @@ def test_without_a_container_kubeflows_workspace_is_the_jobs_staging_directory()
     assert plan.command == ("tune", "run", f"tokenizer.path={home}/model/tokenizer.model", "--out", home,
                             "/workspaces")
     assert any("staging directory" in note for note in plan.notes)
+
+
+TORCHTUNE_RUNTIME = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata:
+  name: torchtune-llama3.2-1b
+  labels: {trainer.kubeflow.org/framework: torchtune}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+  template:
+    spec:
+      replicatedJobs:
+        - name: dataset-initializer
+          template:
+            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: dataset-initializer}}
+            spec:
+              template:
+                spec:
+                  containers:
+                    - name: dataset-initializer
+                      image: ghcr.io/kubeflow/trainer/dataset-initializer
+                      env: [{name: STORAGE_URI, value: "hf://tatsu-lab/alpaca"}]
+                      volumeMounts: [{name: initializer, mountPath: /workspace}]
+        - name: model-initializer
+          template:
+            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: model-initializer}}
+            spec:
+              template:
+                spec:
+                  containers:
+                    - name: model-initializer
+                      image: ghcr.io/kubeflow/trainer/model-initializer
+                      env: [{name: STORAGE_URI, value: "hf://meta-llama/Llama-3.2-1B-Instruct"}]
+                      volumeMounts: [{name: initializer, mountPath: /workspace}]
+        - name: node
+          template:
+            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+            spec:
+              template:
+                spec:
+                  containers:
+                    - name: node
+                      image: ghcr.io/kubeflow/trainer/torchtune-trainer
+                      command: [tune, run, --rdzv_endpoint=localhost:29500, full_finetune_distributed, --config,
+                                llama3_2/1B_full, output_dir=/workspace/output,
+                                tokenizer.path=/workspace/model/original/tokenizer.model,
+                                checkpointer.checkpoint_dir=/workspace/model]
+"""
+
+
+def test_upstreams_torchtune_runtime_renders_for_slurm_as_kubeflow_rewrites_it() -> None:
+    """The runtime's own initializers are staged (no spec.initializer: Kubeflow runs them with their
+    defaults), the recipe and config are chosen as Kubeflow's torch plugin chooses them, and the runtime's
+    /workspace paths are the job's staging directory."""
+    job = load_documents(trainjob("    model: {storageUri: 'hf://tiny-org/tiny-llama'}").replace(
+        "command: [python3, train.py]", "command: [tune, run]\n    args: [device=cpu, epochs=1]\n"
+        "    numProcPerNode: 2").replace("name: plain", "name: torchtune-llama3.2-1b"))[0]
+    runtime = load_documents(TORCHTUNE_RUNTIME)[0]
+    plan = resolve(job, runtime, cluster("slurm", stagingDir="/shared/stage"))
+    home = f"/shared/stage/jobs/{plan.uid}"
+    assert [(s.role, s.uri) for s in plan.staging.sources] == [("dataset", "hf://tatsu-lab/alpaca"),
+                                                               ("model", "hf://tiny-org/tiny-llama")]
+    assert plan.command == ("tune", "run", "--nnodes=1", "--nproc_per_node=2", "full_finetune_distributed",
+                            "--config", "llama3_2/1B_full", f"output_dir={home}/output",
+                            f"tokenizer.path={home}/model/original/tokenizer.model",
+                            f"checkpointer.checkpoint_dir={home}/model", "device=cpu", "epochs=1")
+    single = resolve(load_documents(trainjob("    model: {storageUri: 'hf://o/m'}").replace(
+        "command: [python3, train.py]", "command: [tune, run]").replace("name: plain", "name: torchtune-llama3.2-1b"))[0],
+        runtime, cluster("local", stagingDir="/shared/stage"))
+    assert single.command[2:5] == ("full_finetune_single_device", "--config", "llama3_2/1B_full_single_device")

@@ -21,12 +21,15 @@ from bridge.plan import (
     ANCESTOR_LABEL,
     MPI_LAUNCHERS,
     QUEUE_LABEL,
+    TORCHTUNE_ENTRYPOINT,
     TRAINER_CONTAINER,
     Launcher,
     LaunchPlan,
     check_identity,
     job_environment,
     script_env,
+    torch_nproc,
+    torchtune_arguments,
 )
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -315,21 +318,9 @@ def _place(pod: dict[str, Any], placement: dict[str, Any]) -> None:
         pod.setdefault("affinity", {})["podAntiAffinity"] = copy.deepcopy(placement["affinity"]["podAntiAffinity"])
 
 
-#: Kubeflow's torchtune entrypoint: a TrainJob whose command is exactly this gets its recipe arguments added
-TORCHTUNE_ENTRYPOINT = ("tune", "run")
-#: runtime command items a torchtune TrainJob keeps (where the runtime put the model, tokenizer and output)
-_TORCHTUNE_KEPT = {"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir", "tokenizer.merges_file"}
-
-
-def _torch_nproc(plan: LaunchPlan) -> str:
-    """PET_NPROC_PER_NODE as Kubeflow sets it: the TrainJob's numProcPerNode, else "auto" (one per GPU) when
-    GPUs are asked for, else the CPU count."""
-    return "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
-
-
 def _pet_env(plan: LaunchPlan, master: bool, master_host: str) -> list[dict[str, Any]]:
     env = [{"name": "PET_NNODES", "value": str(plan.nodes)},
-           {"name": "PET_NPROC_PER_NODE", "value": _torch_nproc(plan)},
+           {"name": "PET_NPROC_PER_NODE", "value": torch_nproc(plan)},
            {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)}]
     if master:
         env += [{"name": "PET_MASTER_ADDR", "value": master_host},
@@ -343,7 +334,9 @@ def _torch(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[st
     torchtune = plan.trainer_command_given and tuple(plan.container_command) == TORCHTUNE_ENTRYPOINT
     if torchtune:
         container["command"] = [*plan.container_command,
-                                *_torchtune_arguments(plan, _torch_nproc(plan), runtime_command, master_host)]
+                                *torchtune_arguments(plan.container_args, runtime_command, plan.runtime_name,
+                                                     plan.nodes, torch_nproc(plan), plan.resources.gpus,
+                                                     f"{master_host}:{plan.rdzv_port}")]
     _set_env(container, _pet_env(plan, master=not torchtune, master_host=master_host))
     _coordinator_port(plan, container)
 
@@ -361,40 +354,6 @@ def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]], master_host:
                 raise InvalidSpec(f"runtime {plan.runtime_name}: spec.mlPolicy.torch.envInjection", f"{job_name}/{name}",
                                   "no such container in the runtime's template")
             _set_env(found, _pet_env(plan, master=True, master_host=master_host))
-
-
-def _torchtune_arguments(plan: LaunchPlan, nproc: str, runtime_command: list[str], master_host: str) -> list[str]:
-    """What Kubeflow appends to ``tune run``: the rendezvous endpoint when more than one process runs, the
-    recipe and config for the node count, GPUs and LoRA/QLoRA arguments, and the runtime's fixed paths."""
-    args = list(plan.container_args)
-    gpus = plan.resources.gpus
-
-    def enabled(item: str) -> bool:
-        return any(key.strip() and item in key and value.strip().lower() == "true"
-                   for key, _, value in (arg.partition("=") for arg in args if "=" in arg))
-
-    qlora = enabled("model.quantize_base") and not enabled("model.use_dora")
-    lora = any("model.lora_attn_modules" in arg for arg in args)
-    one_process = nproc == "1" or gpus == 1
-    out: list[str] = []
-    if plan.nodes > 1 or (nproc.isdigit() and int(nproc) > 1) or (nproc == "auto" and gpus > 1):
-        out.append(f"--rdzv_endpoint={master_host}:{plan.rdzv_port}")
-    recipe, suffix = "full_finetune_distributed", "_full"
-    if plan.nodes == 1 and one_process:
-        recipe, suffix = (("lora_finetune_single_device", "_qlora_single_device") if qlora else
-                          ("lora_finetune_single_device", "_lora_single_device") if lora else
-                          ("full_finetune_single_device", "_full_single_device"))
-    elif plan.nodes == 1 and qlora:
-        recipe, suffix = "lora_finetune_distributed", "_qlora"
-    elif plan.nodes == 1 and lora:
-        recipe, suffix = "lora_finetune_distributed", "_lora"
-    elif plan.nodes > 1:
-        suffix = "_full_multinode"
-    fields = plan.runtime_name.split("-")
-    model = f"{fields[1].replace('.', '_')}/{fields[2].upper()}" if len(fields) == 3 else ""
-    out += [recipe, "--config", f"{model}{suffix}"]
-    out += [item for item in runtime_command if item.split("=")[0] in _TORCHTUNE_KEPT]
-    return out
 
 
 _COMPLETION_INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
