@@ -52,5 +52,19 @@ if [ "$all" = 1 ]; then
   "$venv/bin/python" -c 'import jax' 2>/dev/null || "${pip[@]}" 'jax[cpu]'
   # XGBoost without CUDA (a 6 MB wheel, not xgboost's 300 MB one) for the example and tests on xgboost-distributed
   "$venv/bin/python" -c 'import xgboost' 2>/dev/null || "${pip[@]}" xgboost-cpu
+  # torchtune for Kubeflow's torchtune runtimes (tests/integration/test_torchtune.py), beside the venv, not in it:
+  # its pins (torchdata, kagglehub) must not move the venv's torch. These versions run with it on CPU: torchao
+  # 0.13 (0.12 does not import with torch 2.15, 0.18 dropped what torchtune imports), kagglehub < 1 (1.x needs
+  # kagglesdk). The tests put the directory on the jobs' PYTHONPATH and its bin/ on their PATH.
+  torchtune="$HOME/.cache/hpcbridge/torchtune-0.6.1"
+  if [ ! -f "$torchtune/complete" ]; then
+    rm -rf "$torchtune"
+    "${pip[@]}" --no-deps --target "$torchtune/site" torchtune==0.6.1 torchao==0.13.0 torchdata==0.11.0 \
+      kagglehub==0.3.12 datasets==5.2.0 multiprocess==0.70.19 dill==0.4.1 xxhash==4.1.0 pyarrow==26.0.1 \
+      pandas==3.1.1 pytz==2026.6 tzdata==2026.6 safetensors==0.8.0 sentencepiece==0.2.3 tiktoken==0.14.0 \
+      blobfile==3.3.0 pycryptodomex==3.24.2 lxml==6.2.0 tokenizers==0.23.3 omegaconf==2.4.0 \
+      antlr4-python3-runtime==4.9.3 psutil==7.2.2 pillow==13.0.0 regex==2026.12.2
+    touch "$torchtune/complete"
+  fi
 fi
 echo "setup: ready ($("$venv/bin/hpcbridge" --help >/dev/null && echo "hpcbridge $("$venv/bin/python" -c 'import bridge; print(bridge.__version__)')"))" >&2
