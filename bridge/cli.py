@@ -338,6 +338,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 def cmd_stage(args: argparse.Namespace) -> int:
     from bridge.staging.stage import Source, run
 
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}", args.job_id):
+        raise InvalidSpec("--job-id", args.job_id, "a TrainJob uid: letters, digits and '-' (it names a directory)")
     sources = []
     for role in ("dataset", "model"):
         uri = getattr(args, role)

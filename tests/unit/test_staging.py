@@ -357,3 +357,11 @@ def test_upstreams_torchtune_runtime_renders_for_slurm_as_kubeflow_rewrites_it()
         "command: [python3, train.py]", "command: [tune, run]").replace("name: plain", "name: torchtune-llama3.2-1b"))[0],
         runtime, cluster("local", stagingDir="/shared/stage"))
     assert single.command[2:5] == ("full_finetune_single_device", "--config", "llama3_2/1B_full_single_device")
+
+
+def test_the_stage_command_refuses_a_job_id_that_is_not_a_uid(tmp_path: Path, capsys) -> None:
+    from bridge.cli import main
+
+    assert main(["stage", "--job-id", "../escape", "--staging-dir", str(tmp_path), "--dataset", str(tmp_path)]) == 2
+    assert "--job-id" in capsys.readouterr().err and not (tmp_path / "escape").exists()
+    assert main(["cache", "prune", "--dir", str(tmp_path)]) == 2  # how old: said, or --all
