@@ -35,7 +35,8 @@ def main() -> int:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench stops the server (finally)
 
-    from bridge.staging.stage import Source, Stager
+    from bridge.api.storage import StageSource
+    from bridge.staging.stage import Stager
     from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
 
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-staging-"))
@@ -60,7 +61,7 @@ def main() -> int:
         secrets.mkdir(mode=0o700)
         (secrets / "s3").write_text(f"ACCESS_KEY_ID={ACCESS_KEY}\nSECRET_ACCESS_KEY={SECRET_KEY}\n")
         (secrets / "s3").chmod(0o600)
-        source = Source("dataset", "s3://bench/data", (("ENDPOINT", server.endpoint),), "s3")
+        source = StageSource("dataset", "s3://bench/data", (("ENDPOINT", server.endpoint),), "s3")
 
         def baseline(parallel: bool) -> float:
             into = base / "bare"

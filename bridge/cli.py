@@ -336,7 +336,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from bridge.staging.stage import Source, run
+    from bridge.api.storage import StageSource
+    from bridge.staging.stage import run
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}", args.job_id):
         raise InvalidSpec("--job-id", args.job_id, "a TrainJob uid: letters, digits and '-' (it names a directory)")
@@ -347,7 +348,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
         if any(len(pair) != 2 for pair in env):
             raise InvalidSpec(f"--{role}-env", getattr(args, f"{role}_env"), "each is NAME=VALUE")
         if uri:
-            sources.append(Source(role, uri, env, getattr(args, f"{role}_secret")))  # type: ignore[arg-type]
+            sources.append(StageSource(role, uri, env, getattr(args, f"{role}_secret")))  # type: ignore[arg-type]
     return run(args.job_id, args.staging_dir, sources, args.secrets_dir)
 
 

@@ -30,6 +30,7 @@ from bridge.api.names import (
 )
 from bridge.api.quantity import parse_quantity
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
+from bridge.api.storage import StageSource
 from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
 from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
@@ -190,23 +191,6 @@ class PodGroupPlan:
     network_topology: Mapping[str, Any] | None = None
     #: the pods' schedulerName (the cluster's, or "volcano"); None leaves the pods' own
     scheduler_name: str | None = None
-
-
-@dataclass(frozen=True)
-class StageSource:
-    """One initializer: what the trainer needs before it starts (Kubeflow's ``spec.initializer.<role>``)."""
-
-    #: "dataset" or "model"
-    role: str
-    uri: str
-    #: the initializer's own env (Kubeflow's ENDPOINT, ACCESS_KEY_ID, IGNORE_PATTERNS…), in order
-    env: tuple[tuple[str, str], ...] = ()
-    #: Kubernetes: a Secret the initializer container reads (envFrom); elsewhere ``<secretsDir>/<name>`` on the node
-    secret: str | None = None
-
-    @property
-    def container(self) -> str:
-        return f"{self.role}-initializer"
 
 
 @dataclass(frozen=True)

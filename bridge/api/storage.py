@@ -60,3 +60,20 @@ def parse_storage_uri(uri: str, role: str = "dataset") -> StorageLocation:
         repo = f"{parts.netloc}/{segments[0]}" if role == "dataset" else "/".join([parts.netloc, *segments])
         return StorageLocation("hf", repo, "/".join(segments[1:]) if role == "dataset" else "")
     return StorageLocation(scheme, parts.netloc, "/".join(segments))
+
+
+@dataclass(frozen=True)
+class StageSource:
+    """One initializer: what the trainer needs before it starts (Kubeflow's ``spec.initializer.<role>``)."""
+
+    #: "dataset" or "model"
+    role: str
+    uri: str
+    #: the initializer's own env (Kubeflow's ENDPOINT, ACCESS_KEY_ID, IGNORE_PATTERNS…), in order
+    env: tuple[tuple[str, str], ...] = ()
+    #: Kubernetes: a Secret the initializer container reads (envFrom); elsewhere ``<secretsDir>/<name>`` on the node
+    secret: str | None = None
+
+    @property
+    def container(self) -> str:
+        return f"{self.role}-initializer"

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bridge.api.storage import parse_storage_uri
+from bridge.api.storage import StageSource, parse_storage_uri
 from bridge.staging.cache import StageCache, cache_key
 from bridge.staging.phase import PHASE_FILE
 from bridge.staging.sources import StageError, resolve
@@ -29,14 +29,6 @@ STAGE_FAILED = 3
 DEFAULT_SECRETS_DIR = "~/.config/hpcbridge/secrets"
 #: variable names whose values are never printed, wherever they come from
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Source:
-    role: str
-    uri: str
-    env: tuple[tuple[str, str], ...] = ()
-    secret: str | None = None
 
 
 @dataclass
@@ -73,7 +65,7 @@ class Stager:
             text = text.replace(secret, "***")
         return text
 
-    def settings(self, source: Source) -> dict[str, str]:
+    def settings(self, source: StageSource) -> dict[str, str]:
         """The initializer's variables: its env, then its secret (as Kubernetes' envFrom adds it)."""
         settings = dict(source.env)
         for name, value in settings.items():
@@ -109,7 +101,7 @@ class Stager:
                 self._secrets.add(value)
         return values
 
-    def stage(self, sources: Sequence[Source]) -> list[Outcome]:
+    def stage(self, sources: Sequence[StageSource]) -> list[Outcome]:
         outcomes = []
         cache = StageCache(self.staging_dir)
         for source in sources:
@@ -150,12 +142,12 @@ def _link(link: Path, target: Path) -> None:
     tmp.replace(link)  # a rerun of the job re-points it in one step
 
 
-def run(uid: str, staging_dir: str, sources: Sequence[Source], secrets_dir: str | None = None,
+def run(uid: str, staging_dir: str, sources: Sequence[StageSource], secrets_dir: str | None = None,
         say: Callable[[str], None] | None = None) -> int:
     """The stage step's body: 0 when every source is staged, STAGE_FAILED (the reason said and recorded)."""
     stager = Stager(uid, Path(staging_dir), secrets_dir or DEFAULT_SECRETS_DIR,
                     **({"say": say} if say is not None else {}))
-    current = sources[0] if sources else Source("dataset", "")
+    current = sources[0] if sources else StageSource("dataset", "")
     try:
         for current in sources:
             stager.stage([current])

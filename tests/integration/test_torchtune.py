@@ -20,109 +20,13 @@ import yaml
 from bridge import service
 from bridge.adapters.base import JobState
 from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
-from tests.harness.tiny_llama import TUNE_ARGS
+from tests.harness.tiny_llama import TORCHTUNE_RUNTIME, TUNE_ARGS
 from tests.integration.engines import finished
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path.home() / ".cache" / "hpcbridge" / "torchtune-0.6.1" / "site"
-
-#: Trainer v2.3's manifests/base/runtimes/torchtune/llama3_2/llama3_2_1B.yaml, as shipped
-RUNTIME = """
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata:
-  name: torchtune-llama3.2-1b
-  labels:
-    trainer.kubeflow.org/framework: torchtune
-spec:
-  mlPolicy:
-    numNodes: 1
-    torch: {}
-  template:
-    spec:
-      volumeClaimPolicies:
-        - templates:
-            - metadata:
-                name: initializer
-              spec:
-                accessModes: ["ReadWriteOnce"]
-                resources:
-                  requests:
-                    storage: 20Gi
-      replicatedJobs:
-        - name: dataset-initializer
-          template:
-            metadata:
-              labels:
-                trainer.kubeflow.org/trainjob-ancestor-step: dataset-initializer
-            spec:
-              template:
-                spec:
-                  containers:
-                    - name: dataset-initializer
-                      image: ghcr.io/kubeflow/trainer/dataset-initializer
-                      env:
-                        - name: STORAGE_URI
-                          value: hf://tatsu-lab/alpaca
-                      volumeMounts:
-                        - mountPath: /workspace
-                          name: initializer
-        - name: model-initializer
-          template:
-            metadata:
-              labels:
-                trainer.kubeflow.org/trainjob-ancestor-step: model-initializer
-            spec:
-              template:
-                spec:
-                  containers:
-                    - name: model-initializer
-                      image: ghcr.io/kubeflow/trainer/model-initializer
-                      env:
-                        - name: STORAGE_URI
-                          value: hf://meta-llama/Llama-3.2-1B-Instruct
-                      volumeMounts:
-                        - name: initializer
-                          mountPath: /workspace
-        - name: node
-          dependsOn:
-            - name: dataset-initializer
-              status: Complete
-            - name: model-initializer
-              status: Complete
-          template:
-            metadata:
-              labels:
-                trainer.kubeflow.org/trainjob-ancestor-step: trainer
-            spec:
-              template:
-                spec:
-                  containers:
-                    - name: node
-                      image: ghcr.io/kubeflow/trainer/torchtune-trainer
-                      command:
-                        - tune
-                        - run
-                        - --rdzv_endpoint=localhost:29500
-                        - full_finetune_distributed
-                        - --config
-                        - llama3_2/1B_full
-                        - dataset=torchtune.datasets.instruct_dataset
-                        - dataset.source=parquet
-                        - dataset.data_dir=/workspace/dataset/data
-                        - output_dir=/workspace/output
-                        - tokenizer.path=/workspace/model/original/tokenizer.model
-                        - checkpointer.checkpoint_dir=/workspace/model
-                      resources:
-                        limits:
-                          nvidia.com/gpu: 2
-                      volumeMounts:
-                        - mountPath: /workspace
-                          name: initializer
-"""
-
 
 @pytest.fixture(scope="module")
 def staged_s3(tmp_path_factory) -> S3Server:
@@ -170,7 +74,7 @@ def test_kubeflows_torchtune_runtime_fine_tunes_a_model_staged_from_s3(engine, s
                                 "resourcesPerNode": {"limits": {"nvidia.com/gpu": "0"}},
                                 "env": [{"name": "PYTHONPATH", "value": str(SITE)}, {"name": "PATH", "value": path},
                                         {"name": "OMP_NUM_THREADS", "value": "1"}]}}}
-    prepared = service.prepare(service.read_input("-", stdin=yaml.safe_dump_all([yaml.safe_load(RUNTIME), job])),
+    prepared = service.prepare(service.read_input("-", stdin=yaml.safe_dump_all([yaml.safe_load(TORCHTUNE_RUNTIME), job])),
                                cluster=cluster.name, configured={cluster.name: cluster})
     home = f"{staging}/jobs/{prepared.plan.uid}"
     assert prepared.plan.command[:5] == ("tune", "run", "full_finetune_single_device", "--config",

@@ -12,13 +12,13 @@ import pytest
 
 from bridge.api.cluster import BridgeCluster
 from bridge.api.loader import load_documents
-from bridge.api.storage import parse_storage_uri
+from bridge.api.storage import StageSource, parse_storage_uri
 from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve, stage_argv
 from bridge.staging.cache import StageCache, cache_key
 from bridge.staging.phase import phase_status, read_phase
 from bridge.staging.sources import StageError, _safe_relative
-from bridge.staging.stage import STAGE_FAILED, Source, Stager, run
+from bridge.staging.stage import STAGE_FAILED, Stager, run
 
 RUNTIME = """
 apiVersion: trainer.kubeflow.org/v1alpha1
@@ -218,7 +218,7 @@ def test_a_failure_names_the_initializer_and_uri_and_hides_secrets(tmp_path: Pat
     (secrets / "creds").chmod(0o600)
     said: list[str] = []
     missing = tmp_path / "nowhere tok-abc123"  # a reason that quotes the secret's value
-    code = run("uid-1", str(tmp_path / "stage"), [Source("dataset", f"file://{missing}", (), "creds")],
+    code = run("uid-1", str(tmp_path / "stage"), [StageSource("dataset", f"file://{missing}", (), "creds")],
                str(secrets), say=said.append)
     assert code == STAGE_FAILED
     doc = read_phase(str(tmp_path / "stage"), "uid-1")
@@ -239,7 +239,7 @@ def test_a_path_already_on_shared_storage_is_used_in_place(tmp_path: Path) -> No
     data = tmp_path / "my data"
     data.mkdir()
     (data / "x.txt").write_text("1")
-    assert run("uid-2", str(tmp_path / "stage"), [Source("dataset", str(data))], say=lambda _l: None) == 0
+    assert run("uid-2", str(tmp_path / "stage"), [StageSource("dataset", str(data))], say=lambda _l: None) == 0
     link = tmp_path / "stage/jobs/uid-2/dataset"
     assert link.resolve() == data and (link / "x.txt").read_text() == "1"
     assert read_phase(str(tmp_path / "stage"), "uid-2")["phase"] == "ready"
@@ -288,55 +288,6 @@ def test_without_a_container_kubeflows_workspace_is_the_jobs_staging_directory()
     assert any("staging directory" in note for note in plan.notes)
 
 
-TORCHTUNE_RUNTIME = """
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata:
-  name: torchtune-llama3.2-1b
-  labels: {trainer.kubeflow.org/framework: torchtune}
-spec:
-  mlPolicy: {numNodes: 1, torch: {}}
-  template:
-    spec:
-      replicatedJobs:
-        - name: dataset-initializer
-          template:
-            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: dataset-initializer}}
-            spec:
-              template:
-                spec:
-                  containers:
-                    - name: dataset-initializer
-                      image: ghcr.io/kubeflow/trainer/dataset-initializer
-                      env: [{name: STORAGE_URI, value: "hf://tatsu-lab/alpaca"}]
-                      volumeMounts: [{name: initializer, mountPath: /workspace}]
-        - name: model-initializer
-          template:
-            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: model-initializer}}
-            spec:
-              template:
-                spec:
-                  containers:
-                    - name: model-initializer
-                      image: ghcr.io/kubeflow/trainer/model-initializer
-                      env: [{name: STORAGE_URI, value: "hf://meta-llama/Llama-3.2-1B-Instruct"}]
-                      volumeMounts: [{name: initializer, mountPath: /workspace}]
-        - name: node
-          template:
-            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
-            spec:
-              template:
-                spec:
-                  containers:
-                    - name: node
-                      image: ghcr.io/kubeflow/trainer/torchtune-trainer
-                      command: [tune, run, --rdzv_endpoint=localhost:29500, full_finetune_distributed, --config,
-                                llama3_2/1B_full, output_dir=/workspace/output,
-                                tokenizer.path=/workspace/model/original/tokenizer.model,
-                                checkpointer.checkpoint_dir=/workspace/model]
-"""
-
-
 def test_upstreams_torchtune_runtime_renders_for_slurm_as_kubeflow_rewrites_it() -> None:
     """The runtime's own initializers are staged (no spec.initializer: Kubeflow runs them with their
     defaults), the recipe and config are chosen as Kubeflow's torch plugin chooses them, and the runtime's
@@ -344,6 +295,8 @@ def test_upstreams_torchtune_runtime_renders_for_slurm_as_kubeflow_rewrites_it()
     job = load_documents(trainjob("    model: {storageUri: 'hf://tiny-org/tiny-llama'}").replace(
         "command: [python3, train.py]", "command: [tune, run]\n    args: [device=cpu, epochs=1]\n"
         "    numProcPerNode: 2").replace("name: plain", "name: torchtune-llama3.2-1b"))[0]
+    from tests.harness.tiny_llama import TORCHTUNE_RUNTIME
+
     runtime = load_documents(TORCHTUNE_RUNTIME)[0]
     plan = resolve(job, runtime, cluster("slurm", stagingDir="/shared/stage"))
     home = f"/shared/stage/jobs/{plan.uid}"
@@ -354,8 +307,8 @@ def test_upstreams_torchtune_runtime_renders_for_slurm_as_kubeflow_rewrites_it()
                             f"tokenizer.path={home}/model/original/tokenizer.model",
                             f"checkpointer.checkpoint_dir={home}/model", "device=cpu", "epochs=1")
     single = resolve(load_documents(trainjob("    model: {storageUri: 'hf://o/m'}").replace(
-        "command: [python3, train.py]", "command: [tune, run]").replace("name: plain", "name: torchtune-llama3.2-1b"))[0],
-        runtime, cluster("local", stagingDir="/shared/stage"))
+        "command: [python3, train.py]", "command: [tune, run]\n    resourcesPerNode: {limits: {nvidia.com/gpu: '0'}}")
+        .replace("name: plain", "name: torchtune-llama3.2-1b"))[0], runtime, cluster("local", stagingDir="/shared/stage"))
     assert single.command[2:5] == ("full_finetune_single_device", "--config", "llama3_2/1B_full_single_device")
 
 
