@@ -13,6 +13,9 @@ from urllib.parse import unquote, urlsplit
 
 #: scheme → where it can be read
 SCHEMES = {"hf": "every backend", "s3": "every backend", "file": "every backend", "pvc": "Kubernetes only"}
+#: pvc://claim/path on Kubernetes: the claim's volume in the initializer pod, and where it is mounted
+PVC_SOURCE_VOLUME = "initializer-source"
+PVC_SOURCE_MOUNT = "/mnt/initializer-source"
 #: the two initializers, in the order they run (Kubeflow's replicated job and container names)
 ROLES = ("dataset", "model")
 

@@ -51,11 +51,36 @@ def resolve(location: StorageLocation, role: str, settings: Mapping[str, str]) -
         if not path.exists():
             raise StageError(f"{location.path} does not exist (on {os.uname().nodename})")
         return Resolved("", (), lambda _into: None, in_place=path)
+    if location.scheme == "pvc":
+        return _claim(location)
     if location.scheme == "hf":
         return _huggingface(location, role, settings)
     if location.scheme == "s3":
         return _s3(location, role, settings)
     raise StageError(f"{location.scheme}:// cannot be staged here")
+
+
+def _claim(location: StorageLocation) -> Resolved:
+    """pvc://claim/path, in an initializer pod whose claim is mounted (the JobSet renderer mounts it)."""
+    from bridge.api.storage import PVC_SOURCE_MOUNT
+
+    mount = Path(PVC_SOURCE_MOUNT)
+    source = mount / location.path if location.path else mount
+    if not mount.is_dir():
+        raise StageError(f"claim {location.authority!r} is not mounted at {PVC_SOURCE_MOUNT} (pvc:// is read in an "
+                         "initializer pod of a Kubernetes cluster)")
+    if not source.exists():
+        raise StageError(f"{location.path or '/'} does not exist on claim {location.authority!r}")
+
+    def download(into: Path) -> None:
+        import shutil
+
+        if source.is_dir():
+            shutil.copytree(source, into, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, into / source.name)
+
+    return Resolved("", (), download)
 
 
 def _huggingface(location: StorageLocation, role: str, settings: Mapping[str, str]) -> Resolved:

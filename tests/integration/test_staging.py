@@ -78,6 +78,7 @@ def hub() -> HubServer:
     server = HubServer().start()
     server.add("model", "tiny-org/tiny-model", MODEL_FILES)
     server.add("model", "tiny-org/slow-model", MODEL_FILES, delay=1.5)
+    server.add("model", "tiny-org/private-model", MODEL_FILES, private=True)  # the token or nothing
     yield server
     server.stop()
 
@@ -90,6 +91,8 @@ def cluster(engine, tmp_path):
     secrets.mkdir(mode=0o700)
     (secrets / "s3-credentials").write_text(f"ACCESS_KEY_ID={ACCESS_KEY}\nSECRET_ACCESS_KEY={SECRET_KEY}\n")
     (secrets / "s3-credentials").chmod(0o600)
+    (secrets / "hf-token").write_text(f"ACCESS_TOKEN={HubServer.token}\n")
+    (secrets / "hf-token").chmod(0o600)
     spec = engine.cluster.spec.model_copy(update={"staging_dir": str(tmp_path / "shared staging"),
                                                   "secrets_dir": str(secrets)})
     return engine.cluster.model_copy(update={"spec": spec})
@@ -104,7 +107,7 @@ RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTraini
 
 
 def trainjob(name: str, workdir: Path, s3: S3Server, hub: HubServer, dataset: str = "s3://datasets/alpaca/v1",
-             model: str = "hf://tiny-org/tiny-model") -> str:
+             model: str = "hf://tiny-org/tiny-model", model_secret: str | None = None) -> str:
     (workdir / "train.py").write_text(TRAINER)
     return yaml.safe_dump_all([RUNTIME, {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
@@ -113,7 +116,8 @@ def trainjob(name: str, workdir: Path, s3: S3Server, hub: HubServer, dataset: st
                  "initializer": {
                      "dataset": {"storageUri": dataset, "env": [{"name": "ENDPOINT", "value": s3.endpoint}],
                                  "secretRef": {"name": "s3-credentials"}},
-                     "model": {"storageUri": model, "env": [{"name": "HF_ENDPOINT", "value": hub.endpoint}]}},
+                     "model": {"storageUri": model, "env": [{"name": "HF_ENDPOINT", "value": hub.endpoint}],
+                               **({"secretRef": {"name": model_secret}} if model_secret else {})}},
                  "trainer": {"numNodes": 1, "command": [sys.executable, "train.py", f"ran-{name}"]}}}])
 
 
@@ -211,12 +215,15 @@ def test_two_jobs_started_together_download_once(engine, cluster, s3, hub, tmp_p
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_the_secret_appears_in_no_artifact_log_status_or_state(engine, cluster, s3, hub, tmp_path) -> None:
-    text = trainjob("secretive", tmp_path, s3, hub)
+    """The S3 credentials and a private model's hub token, each from a secret file on the node."""
+    text = trainjob("secretive", tmp_path, s3, hub, model="hf://tiny-org/private-model", model_secret="hf-token")
     rendered = prepare(cluster, text).artifact.text()
-    assert "s3-credentials" in rendered and SECRET_KEY not in rendered and ACCESS_KEY not in rendered
+    assert "s3-credentials" in rendered and "hf-token" in rendered
+    assert SECRET_KEY not in rendered and ACCESS_KEY not in rendered and hub.token not in rendered
     prepared, status, logs = run(cluster, text)
     assert status.state == JobState.SUCCEEDED, logs
-    assert SECRET_KEY not in logs + repr(status)
+    assert "trainer read 40 examples" in logs and f"Bearer {hub.token}" in hub.authorizations  # the token was used
+    assert SECRET_KEY not in logs + repr(status) and hub.token not in logs
     failed_prepared, failed, failed_logs = run(cluster, trainjob("secretive-fails", tmp_path, s3, hub,
                                                                  dataset="s3://no-such-bucket/x"))
     assert failed.state == JobState.FAILED and SECRET_KEY not in failed_logs + repr(failed), failed
@@ -225,3 +232,4 @@ def test_the_secret_appears_in_no_artifact_log_status_or_state(engine, cluster, 
         for path in root.rglob("*"):
             if path.is_file() and path.parent.name != "secrets":
                 assert SECRET_KEY.encode() not in path.read_bytes(), path
+                assert hub.token.encode() not in path.read_bytes(), path

@@ -318,3 +318,18 @@ def test_the_stage_command_refuses_a_job_id_that_is_not_a_uid(tmp_path: Path, ca
     assert main(["stage", "--job-id", "../escape", "--staging-dir", str(tmp_path), "--dataset", str(tmp_path)]) == 2
     assert "--job-id" in capsys.readouterr().err and not (tmp_path / "escape").exists()
     assert main(["cache", "prune", "--dir", str(tmp_path)]) == 2  # how old: said, or --all
+
+
+def test_a_claim_is_mounted_in_its_initializer_pod() -> None:
+    from bridge.adapters.kubernetes.render import jobset
+    from tests.harness.tiny_llama import TORCHTUNE_RUNTIME
+
+    job = load_documents(trainjob("    dataset: {storageUri: 'pvc://team-data/alpaca'}").replace(
+        "name: plain", "name: torchtune-llama3.2-1b"))[0]
+    plan = resolve(job, load_documents(TORCHTUNE_RUNTIME)[0], cluster("kubernetes"))
+    initializer = next(j for j in jobset(plan)[0]["spec"]["replicatedJobs"] if j["name"] == "dataset-initializer")
+    pod = initializer["template"]["spec"]["template"]["spec"]
+    assert {"name": "initializer-source", "persistentVolumeClaim": {"claimName": "team-data", "readOnly": True}} \
+        in pod["volumes"]
+    assert {"name": "initializer-source", "mountPath": "/mnt/initializer-source", "readOnly": True} in \
+        pod["containers"][0]["volumeMounts"]

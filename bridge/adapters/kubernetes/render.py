@@ -132,6 +132,21 @@ def _initializers(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
                         entry.update({"name": name, "value": value})
                 if source.secret:
                     container.setdefault("envFrom", []).append({"secretRef": {"name": source.secret}})
+                if source.uri.lower().startswith("pvc://"):
+                    _mount_source_claim(_pod_spec(job), container, source)
+
+
+def _mount_source_claim(pod: dict[str, Any], container: dict[str, Any], source) -> None:
+    """``pvc://claim/path``: data already on a claim of the namespace. The initializer pod mounts the claim
+    read-only where ``hpcbridge initialize`` copies it from into the ``initializer`` volume (Kubeflow's own
+    initializer images read hf:// and s3:// only)."""
+    from bridge.api.storage import PVC_SOURCE_MOUNT, PVC_SOURCE_VOLUME, parse_storage_uri
+
+    claim = parse_storage_uri(source.uri, source.role).authority
+    pod.setdefault("volumes", []).append({"name": PVC_SOURCE_VOLUME,
+                                          "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    container.setdefault("volumeMounts", []).append({"name": PVC_SOURCE_VOLUME, "mountPath": PVC_SOURCE_MOUNT,
+                                                     "readOnly": True})
 
 
 def _set_pod_count(job: dict[str, Any], count: int) -> None:

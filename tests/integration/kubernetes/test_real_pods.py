@@ -437,6 +437,28 @@ def test_initializers_fetch_into_the_shared_volume_before_the_trainer_pod(real, 
         assert not [p for p in real.pods("bad-data")
                     if p.metadata.labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "node"]
         assert SECRET_KEY not in done.stdout + done.stderr + logs.stdout + failed.stdout + failed.stderr
+
+        # pvc://: data already on a claim of the namespace (here a static hostPath volume), copied in by the
+        # initializer pod that mounts it
+        on_claim = tmp_path / "claim-data" / "alpaca"
+        on_claim.mkdir(parents=True)
+        (on_claim / "train.jsonl").write_text('{"q": 1}\n{"q": 2}\n')
+        volume = f"{real.namespace}-data"
+        real.core.create_persistent_volume({
+            "metadata": {"name": volume}, "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(on_claim.parent)}}})
+        try:
+            real.core.create_namespaced_persistent_volume_claim(real.namespace, {
+                "metadata": {"name": "team-data"}, "spec": {
+                    "accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": volume,
+                    "resources": {"requests": {"storage": "1Gi"}}}})
+            from_claim, _placed = submit_and_watch(real, job("from-claim", "pvc://team-data/alpaca"), "from-claim")
+            assert from_claim.returncode == 0, (from_claim.stdout, from_claim.stderr)
+            logs = real.cli("logs", f"{real.namespace}/from-claim", "--cluster", "real")
+            assert "pod trainer read 2 rows from /workspace/dataset" in logs.stdout, (logs.stdout, logs.stderr)
+        finally:
+            real.core.delete_persistent_volume(volume)
     finally:
         hub.stop()
         s3.stop()
