@@ -1,7 +1,5 @@
 """Shared pydantic base for wire objects: camelCase on the wire, unknown fields rejected, lossless dump."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -26,6 +24,8 @@ class WireModel(BaseModel):
         validate_assignment=False,
         frozen=False,
         str_strip_whitespace=False,
+        # completed all at once by bridge.api.schema_cache, from its cache when one matches
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:

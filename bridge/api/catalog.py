@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable, Sequence
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
@@ -15,7 +13,12 @@ from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.errors import InvalidSpec
 
 RuntimeObject = ClusterTrainingRuntime | TrainingRuntime
-log = logging.getLogger("hpcbridge")
+
+
+def _debug(message: str, *args: object) -> None:
+    import logging  # only here: a CLI run without HPCBRIDGE_DEBUG never needs it
+
+    logging.getLogger("hpcbridge").debug(message, *args)
 
 
 def config_path() -> Path:
@@ -44,7 +47,7 @@ def load_clusters(path: Path | None = None) -> dict[str, BridgeCluster]:
 def _builtin_documents() -> tuple[dict, ...]:
     import yaml
 
-    text = resources.files("bridge.api").joinpath("builtin_runtimes.yaml").read_text(encoding="utf-8")
+    text = Path(__file__).with_name("builtin_runtimes.yaml").read_text(encoding="utf-8")
     return tuple(doc for doc in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if doc)
 
 
@@ -121,7 +124,7 @@ def load_runtimes(explicit: Sequence[str | os.PathLike[str]] = (), name: str | N
             try:
                 documents = safe_load_all(read_text(file), source)
             except InvalidSpec as exc:
-                log.debug("runtimes: skipping %s: %s", source, exc)
+                _debug("runtimes: skipping %s: %s", source, exc)
                 unreadable.append(str(exc))
                 continue
             for index, document in enumerate(documents):
@@ -130,7 +133,7 @@ def load_runtimes(explicit: Sequence[str | os.PathLike[str]] = (), name: str | N
                 label = source if len(documents) == 1 else f"{source}[doc {index + 1}]"
                 if not _is_runtime(document):
                     kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
-                    log.debug("runtimes: skipping %s: a %s, not a Trainer runtime", label, kind)
+                    _debug("runtimes: skipping %s: a %s, not a Trainer runtime", label, kind)
                     continue
                 if isinstance(_document_name(document), str):
                     seen.append((document["kind"], _document_name(document)))

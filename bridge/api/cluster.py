@@ -3,10 +3,8 @@
 In Kubernetes it is a cluster-scoped object; for the CLI the same objects come from a config file.
 """
 
-from __future__ import annotations
-
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -108,7 +106,7 @@ class SlurmConnection(_Remote):
         return url
 
     @model_validator(mode="after")
-    def _transport_needs(self) -> SlurmConnection:
+    def _transport_needs(self) -> Self:
         if self.transport == "ssh" and not self.host:
             raise ValueError("transport ssh needs host")
         if self.transport == "rest" and not self.rest_url:
@@ -305,7 +303,7 @@ class BridgeClusterSpec(WireModel):
         return mapping
 
     @model_validator(mode="after")
-    def _sections_match_type(self) -> BridgeClusterSpec:
+    def _sections_match_type(self) -> Self:
         for section in ("slurm", "flux", "kubernetes"):
             if getattr(self, section) is not None and section != self.type:
                 raise ValueError(f"section {section!r} does not belong to a cluster of type {self.type!r}")

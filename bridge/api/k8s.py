@@ -4,8 +4,6 @@ Fields hpc-bridge interprets are typed; the rest of a pod template is declared b
 unknown keys are still rejected (a typo is an error) without re-modelling the whole core API.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import Field, field_validator

@@ -167,7 +167,9 @@ def check_data(data: Any, source: str | None = None) -> None:
                 stack.extend((child, _join(path, index), depth + 1) for index, child in enumerate(value))
         else:
             shown = type(value).__name__
-            raise InvalidSpec(path, str(value)[:40], f"a {shown} is not a Kubernetes value (YAML tags such as "
+            # a set's own order changes from run to run; the message must not
+            text = "{" + ", ".join(sorted(map(repr, value))) + "}" if isinstance(value, (set, frozenset)) else str(value)
+            raise InvalidSpec(path, text[:40], f"a {shown} is not a Kubernetes value (YAML tags such as "
                               "!!binary, !!set or unquoted timestamps are not read): quote it", source=source)
 
 

@@ -1,8 +1,6 @@
 """TrainingRuntime and ClusterTrainingRuntime (``trainer.kubeflow.org/v1alpha1``), v2.3 shape."""
 
-from __future__ import annotations
-
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -77,7 +75,7 @@ class MLPolicy(WireModel):
     flux: FluxMLPolicySource | None = None
 
     @model_validator(mode="after")
-    def _one_policy(self) -> MLPolicy:
+    def _one_policy(self) -> Self:
         chosen = [name for name in ("torch", "mpi", "jax", "xgboost", "flux") if getattr(self, name) is not None]
         if len(chosen) > 1:
             raise ValueError(f"Only one of the policy can be configured (got {', '.join(chosen)})")
@@ -104,7 +102,7 @@ class PodGroupPolicy(WireModel):
     volcano: VolcanoPodGroupPolicySource | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> PodGroupPolicy:
+    def _one_source(self) -> Self:
         if (self.coscheduling is None) == (self.volcano is None):
             raise ValueError("exactly one of coscheduling or volcano must be set")
         return self

@@ -5,8 +5,6 @@ TrainJob that loads here is one the upstream API server would admit, except that
 admits hpc-bridge's own controller value.
 """
 
-from __future__ import annotations
-
 import re
 from typing import Any, Literal
 

@@ -10,6 +10,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from bridge.adapters.base import (
     Adapter,
@@ -35,10 +36,11 @@ from bridge.adapters.slurm.state import (
     parse_sacct,
     parse_squeue,
 )
-from bridge.adapters.transport import CommandResult, LocalTransport, SSHTransport, Transport
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
-from bridge.staging.phase import with_stage_phases
+
+if TYPE_CHECKING:  # rendering needs neither: a dry run never starts a process
+    from bridge.adapters.transport import CommandResult, Transport
 
 _PARSABLE_ID = re.compile(r"^(\d+)(;\S+)?$")
 # sbatch/squeue messages that mean "try again", as opposed to "your request is wrong"
@@ -48,6 +50,8 @@ _TRANSIENT = ("Unable to contact slurm controller", "Socket timed out", "Connect
 
 
 def make_transport(cluster) -> Transport:
+    from bridge.adapters.transport import LocalTransport, SSHTransport
+
     conn = cluster.spec.slurm
     env = {"SLURM_CONF": conn.slurm_conf} if conn and conn.slurm_conf else {}
     if conn is not None and conn.transport == "ssh":
@@ -236,6 +240,8 @@ class SlurmAdapter(Adapter):
     def _with_stage_phases(self, statuses: dict[JobRef, JobStatus]) -> dict[JobRef, JobStatus]:
         if self.rest is not None:
             return statuses  # no shell on the cluster to read the phase files with
+        from bridge.staging.phase import with_stage_phases
+
         # a job without initializers has no phase file: cat says so on stderr, and prints the others
         return with_stage_phases(statuses, self.cluster.spec.staging_dir,
                                  lambda paths: self.transport.run(["cat", *paths], timeout=30).stdout)
