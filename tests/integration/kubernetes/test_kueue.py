@@ -193,6 +193,12 @@ def test_a_higher_priority_trainjob_preempts_a_lower_one_that_then_runs_again(qu
         low = submit(op, ns, "low", lq, 2, ["sh", "-c", f'[ -e "{marker}" ] && exit 0; touch "{marker}"; sleep 600'],
                      cluster="slurm", priority=f"low-{suffix}")
         first = op.until(ns, "low", is_true("Running"), timeout=120)["metadata"]["annotations"][JOB_ID]
+        # Running is Slurm's word that the job has its nodes, not that its command got as far as the marker: under
+        # load the preemption below could cancel it first, and then its second run would be the 10-minute one
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline, op.slurm_state(first)
+            time.sleep(0.2)
         high = submit(op, ns, "high", lq, 2, ["sleep", "3"], cluster="slurm", priority=f"high-{suffix}")
         suspended = op.until(ns, "low", is_true("Suspended"), timeout=120)
         assert suspended["spec"]["suspend"] is True
