@@ -91,16 +91,19 @@ def install(root: type[BaseModel]) -> None:
                 _complete(model, *cached[_key(model)])
             source = "cache"
             return
-        except Exception:  # noqa: BLE001 - a schema this pydantic will not take: build instead
-            pass
+        except Exception:  # noqa: BLE001 - a schema this pydantic will not take: build them all anew
+            _build(models, force=True)
+            source = "built"
+            _write(path, models)
+            return
     _build(models)
     source = "built"
     _write(path, models)
 
 
-def _build(models: list[type[BaseModel]]) -> None:
+def _build(models: list[type[BaseModel]], force: bool = False) -> None:
     for model in models:
-        model.model_rebuild()
+        model.model_rebuild(force=force)
 
 
 def _complete(model: type[BaseModel], schema: dict, config: dict) -> None:

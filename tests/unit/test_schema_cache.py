@@ -175,3 +175,23 @@ def test_without_a_home_there_is_no_cache_and_no_stray_folder(tmp_path: Path) ->
                           capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "off"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cache_this_pydantic_will_not_take_is_built_anew(tmp_path: Path) -> None:
+    assert _source(tmp_path) == "built"
+    path = _cache_file(tmp_path)
+    data = pickle.loads(path.read_bytes())
+    # the last model's schema broken: the models installed before it must not keep what came from the file
+    last = list(data)[-1]
+    data[last] = ({"type": "no-such-schema"}, data[last][1])
+    path.write_bytes(pickle.dumps(data))
+    environ = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    environ.pop("HPCBRIDGE_SCHEMA_CACHE", None)
+    code = ("from bridge.api import schema_cache, TrainJob\nfrom bridge.api.base import WireModel\n"
+            "models = schema_cache.wire_models(WireModel)\n"
+            "print(schema_cache.source, all(m.__pydantic_complete__ for m in models),"
+            " TrainJob.model_json_schema()['title'])")
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True,
+                         cwd=ROOT, timeout=60).stdout.split()
+    assert out == ["built", "True", "TrainJob"]
+    assert _source(tmp_path) == "cache"  # and the file was written again, whole
