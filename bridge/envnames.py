@@ -5,3 +5,8 @@ every node's start-up path, so nothing heavy here."""
 #: hpcbridge launch, so scripts need no tracker code)
 XGBOOST_TRACKER_ENV = "HPCBRIDGE_XGBOOST_TRACKER"
 XGBOOST_TRACKERS = ("script", "launch")
+
+#: set on a converted TFJob: its roles in rank order, e.g. ``chief=1,worker=2,ps=1``; `hpcbridge launch` gives
+#: each node TF_CONFIG for its own role from it (bridge.mpi.launchers.tf_config), as the TFJob operator gives
+#: each pod
+TF_ROLES_ENV = "HPCBRIDGE_TF_ROLES"

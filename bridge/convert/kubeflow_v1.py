@@ -20,16 +20,13 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.envnames import TF_ROLES_ENV
 from bridge.errors import InvalidSpec
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 #: the manager named on the runtime patches this converter writes
 PATCH_MANAGER = "hpcbridge.io/convert"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-#: set on a converted TFJob: its roles in rank order, e.g. ``chief=1,worker=2,ps=1``; `hpcbridge launch` gives
-#: each node TF_CONFIG for its own role from it (bridge.mpi.launchers.tf_config), as the TFJob operator gives
-#: each pod
-TF_ROLES_ENV = "HPCBRIDGE_TF_ROLES"
 
 #: (apiVersion, kind) → (replica specs field, framework container name)
 KINDS = {

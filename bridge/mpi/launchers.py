@@ -7,7 +7,7 @@ import sys
 from collections import namedtuple
 from collections.abc import Mapping, Sequence
 
-from bridge.convert.kubeflow_v1 import TF_ROLES_ENV
+from bridge.envnames import TF_ROLES_ENV
 from bridge.mpi.discovery import Topology
 
 
