@@ -97,3 +97,21 @@ def test_validator_rejects(mutate, field) -> None:
     with pytest.raises(InvalidSpec) as info:
         validate_jobspec(broken(mutate))
     assert info.value.field == field
+
+
+@pytest.mark.parametrize(("job_id", "number"), [
+    # decimal values from flux-core 0.88's own `flux job id --to=dec`
+    ("ƒfdmMW5d", 1470741086208), ("ƒdshYwpj", 1403749662720), ("ƒ2RyHVBf1", 3158575330532),
+    ("fffff", 7544330), ("f1", 0), ("1470741086208", 1470741086208),
+])
+def test_f58_job_ids_read_as_flux_reads_them(job_id: str, number: int) -> None:
+    from bridge.adapters.flux import f58_number
+
+    assert f58_number(job_id) == number
+
+
+def test_the_newer_of_two_jobs_is_the_larger_id_when_one_starts_with_the_digit_f() -> None:
+    from bridge.adapters.flux import f58_number
+
+    # the conformance suite's rerun (ƒfdm…) was taken for older than the first run (ƒdsh…)
+    assert f58_number("ƒfdmMW5d") > f58_number("ƒdshYwpj")

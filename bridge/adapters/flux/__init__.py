@@ -67,7 +67,8 @@ _F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 def f58_number(job_id: str) -> int:
     """A Flux job id (f58 ``ƒ2Xm…``/``f2Xm…`` or decimal) as its integer: FLUIDs grow with submit time."""
-    text = job_id.lstrip("ƒf")
+    # one prefix only: "f" is also an f58 digit, so lstrip("ƒf") would eat the id's first digit when it is "f"
+    text = job_id[1:] if job_id[:1] in ("ƒ", "f") else job_id
     if job_id.isdigit():
         return int(job_id)
     number = 0
