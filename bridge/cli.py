@@ -542,8 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="watch only this namespace (repeatable; default: every namespace)")
     p.add_argument("--default-cluster", help="BridgeCluster for TrainJobs whose annotations and runtime name none")
-    p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
-    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on /metrics, e.g. 0.0.0.0:9090")
+    p.add_argument("--liveness", help="serve a liveness probe on /healthz: PORT (127.0.0.1) or a URL, "
+                                      "e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on /metrics: PORT (127.0.0.1) "
+                                                          "or HOST:PORT; beyond loopback needs --metrics-token-file")
+    p.add_argument("--metrics-token-file", metavar="PATH",
+                   help="bearer token /metrics asks for (default $HPCBRIDGE_METRICS_TOKEN_FILE)")
     p.set_defaults(func=cmd_operator)
     return parser
 
@@ -552,7 +556,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
     from bridge.operator.main import run
 
     return run(namespaces=args.namespace, default_cluster=args.default_cluster, liveness=args.liveness,
-               metrics=args.metrics)
+               metrics=args.metrics, metrics_token_file=args.metrics_token_file)
 
 
 def _version() -> str:

@@ -7,12 +7,16 @@ and diff-base go into ``operator.hpcbridge.io`` annotations, since the Trainer C
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 from collections.abc import Sequence
 
 import kopf
 
+from bridge.errors import InvalidSpec
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
+from bridge.operator.metrics import Metrics, read_token
 from bridge.operator.reconciler import (
     MIGRATE_ANNOTATION,
     OPERATOR_PREFIX,
@@ -123,14 +127,73 @@ def _cleanup(**_) -> None:
         _reconciler.shutdown()
 
 
+#: where ``--metrics-token-file`` may come from instead (a Deployment's env)
+METRICS_TOKEN_ENV = "HPCBRIDGE_METRICS_TOKEN_FILE"
+
+
+def listen_address(value: str, flag: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT``, ``:PORT`` or ``PORT`` as (host, port); no host is 127.0.0.1, so nothing
+    outside the pod reaches a listener unless its address says so."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "", value
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidSpec(flag, value, "must be HOST:PORT (or PORT, on 127.0.0.1) with a port from 1 to 65535")
+    return host or "127.0.0.1", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: whatever it resolves to, it is not known to be loopback
+
+
+def liveness_endpoint(value: str) -> str:
+    """kopf's liveness endpoint: a URL as given (kopf listens on localhost when it names no host), or
+    ``HOST:PORT`` / ``PORT`` as http://HOST:PORT/healthz, 127.0.0.1 when no host is given."""
+    if "://" in value:
+        return value
+    host, port = listen_address(value, "--liveness")
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/healthz"
+
+
+def serve_metrics(metrics: Metrics, address: str, token_file: str | None = None):
+    """Metrics on *address*: on loopback as asked; beyond loopback only with a bearer token file, else
+    InvalidSpec (the TrainJobs, clusters and states it lists are no one else's business). Returns the server."""
+    host, port = listen_address(address, "--metrics")
+    if token_file:
+        try:
+            read_token(token_file)
+        except OSError as exc:
+            raise InvalidSpec("--metrics-token-file", token_file, f"cannot be read: {exc.strerror}") from None
+        except ValueError as exc:
+            raise InvalidSpec("--metrics-token-file", token_file, str(exc)) from None
+    elif not is_loopback(host):
+        raise InvalidSpec("--metrics", address, "listens beyond loopback without a bearer token: give "
+                                                f"--metrics-token-file (or {METRICS_TOKEN_ENV}), or listen on 127.0.0.1")
+    return metrics.serve(host, port, token_file)
+
+
 def run(namespaces: Sequence[str] = (), default_cluster: str | None = None, timing: Timing | None = None,
-        liveness: str | None = None, metrics: str | None = None) -> int:
+        liveness: str | None = None, metrics: str | None = None, metrics_token_file: str | None = None) -> int:
     """Run the operator until it is stopped (SIGTERM/SIGINT): every namespace, or only *namespaces*; Prometheus
-    metrics on http://*metrics*/metrics when given (``host:port``)."""
+    metrics on http://*metrics*/metrics when given (``host:port``; 127.0.0.1 unless a host is named, and a
+    host beyond loopback needs *metrics_token_file*, or $HPCBRIDGE_METRICS_TOKEN_FILE)."""
     global _reconciler
-    _reconciler = Reconciler(KubeApi(), default_cluster=default_cluster, timing=timing or Timing())
+    token_file = metrics_token_file or os.environ.get(METRICS_TOKEN_ENV) or None
+    api = KubeApi()
+    _reconciler = Reconciler(api, default_cluster=default_cluster, timing=timing or Timing())
+    # metric labels name only configured BridgeClusters (KubeApi caches the list), never a tenant's free text
+    _reconciler.metrics.clusters = api.clusters
     if metrics:
-        _reconciler.metrics.serve(metrics)
+        serve_metrics(_reconciler.metrics, metrics, token_file)
     kopf.configure(verbose=False)
-    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces), liveness_endpoint=liveness)
+    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
+             liveness_endpoint=liveness_endpoint(liveness) if liveness else None)
     return 0

@@ -109,7 +109,7 @@ def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -
 def test_metrics_are_prometheus_text() -> None:
     from bridge.operator.metrics import Metrics
 
-    metrics = Metrics()
+    metrics = Metrics(clusters=lambda: {"hpc", 'we"ird'})  # configured BridgeClusters: labels name only those
     metrics.submission("hpc", "submitted")
     metrics.submission("hpc", "submitted")
     metrics.backend_error('we"ird')
