@@ -147,6 +147,54 @@ class FluxConnection(_Remote):
         return env
 
 
+#: volume kinds a pod policy names: "other" is every kind not named here or always allowed (nfs, csi, iscsi,
+#: ephemeral, image…); emptyDir and downwardAPI are always allowed
+POD_VOLUME_KINDS = ("secret", "configMap", "persistentVolumeClaim", "projected", "hostPath", "other")
+
+
+class PodPolicy(WireModel):
+    """What the pod templates of a JobSet may ask for (``spec.kubernetes.podPolicy``), checked on every
+    replicated job's pods, init containers included, before anything is created; what it forbids is refused
+    naming the field. The defaults are the policy of a cluster that declares none: nothing privileged, no host
+    namespaces or ports, no added capabilities, no explicit root, no ServiceAccount but the namespace's
+    ``default``, no hostPath or other node-level volume; the namespace's Secrets, ConfigMaps and PVCs (volumes,
+    env ``valueFrom``/``envFrom``, imagePullSecrets, an initializer's ``secretRef`` and ``pvc://``) only where
+    the JobSet runs in the TrainJob's own namespace. hpc-bridge's own objects (the MPI SSH Secret, the hostfile
+    ConfigMap) are not the tenant's and always pass."""
+
+    #: ServiceAccounts a pod may name besides ``default`` (``"*"``: any of the namespace's)
+    service_account_names: list[str] = Field(default_factory=list, max_length=256)
+    #: volume kinds allowed wherever the JobSet runs: hostPath and "other" only when listed; secret, configMap,
+    #: persistentVolumeClaim and projected listed also in a namespace shared by tenants (env and initializer
+    #: references follow secret, configMap and persistentVolumeClaim)
+    volumes: list[Literal["secret", "configMap", "persistentVolumeClaim", "projected", "hostPath", "other"]] = \
+        Field(default_factory=list)
+    #: privileged containers (and Windows hostProcess, procMount Unmasked)
+    privileged: bool = False
+    allow_privilege_escalation: bool = False
+    #: hostNetwork, and hostPort on a container's ports
+    host_network: bool = False
+    host_pid: bool = Field(default=False, alias="hostPID")
+    host_ipc: bool = Field(default=False, alias="hostIPC")
+    #: capabilities a container may add (``IPC_LOCK``, with or without ``CAP_``); ``"*"``: any
+    capabilities: list[str] = Field(default_factory=list, max_length=64)
+    #: whether a pod or container may ask for root: ``runAsUser: 0`` or ``runAsNonRoot: false``
+    run_as_root: bool = False
+
+    @field_validator("service_account_names")
+    @classmethod
+    def _accounts(cls, names: list[str]) -> list[str]:
+        return [name if name == "*" else check_dns1123_subdomain(name) for name in names]
+
+    @field_validator("capabilities")
+    @classmethod
+    def _capabilities(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if name != "*" and not re.fullmatch(r"(CAP_)?[A-Z][A-Z0-9_]{0,63}", name):
+                raise ValueError(f"capability {name!r}: an upper-case capability name such as IPC_LOCK, or '*'")
+        return names
+
+
 class KubernetesConnection(_Remote):
     in_cluster: bool = False
     kubeconfig: str | None = None
@@ -166,6 +214,8 @@ class KubernetesConnection(_Remote):
     #: the Kueue LocalQueue a JobSet is queued in when neither submit --queue nor the TrainJob's
     #: kueue.x-k8s.io/queue-name label names one
     queue: str | None = None
+    #: what the JobSets' pod templates may ask for; unset: PodPolicy's restrictive defaults
+    pod_policy: PodPolicy | None = None
 
     @field_validator("images")
     @classmethod

@@ -41,6 +41,8 @@ KNOWN_DIFFERENCES = (
     "spec.replicatedJobs[*].template.spec.template.spec.containers[*].env[HPCBRIDGE_MODEL_DIR]",
     # the MPI pods' extras for `hpcbridge launch`: the job's sshd host keys and the client key under the name the
     # launch reads (Secret items 3-5), and the hostfile on every pod, not only on the launcher
+    # the SSH Secret's name carries a digest of the TrainJob's uid (Kubeflow's <name>-mpi-ssh-auth is guessable)
+    "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.secretName",
     "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.items[3]",
     "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.items[4]",
     "spec.replicatedJobs[*].template.spec.template.spec.volumes[mpi-ssh-auth].secret.items[5]",
@@ -53,6 +55,12 @@ KNOWN_DIFFERENCES = (
 )
 #: the MPI worker pods serve the job's sshd through `hpcbridge launch` instead of the runtime's own sshd
 MPI_WORKER_ARGV = "spec.replicatedJobs[node].template.spec.template.spec.containers[node].argv"
+#: Kubeflow applies no pod policy: the cluster hpc-bridge renders for allows every pod field (its default policy
+#: refuses some of the corpus's, e.g. a runtime patch's serviceAccountName)
+PERMISSIVE_POD_POLICY = {"serviceAccountNames": ["*"], "volumes": ["secret", "configMap", "persistentVolumeClaim",
+                                                                   "projected", "hostPath", "other"],
+                         "privileged": True, "allowPrivilegeEscalation": True, "hostNetwork": True, "hostPID": True,
+                         "hostIPC": True, "capabilities": ["*"], "runAsRoot": True}
 
 
 @dataclass
@@ -208,8 +216,13 @@ class Oracle:
         """hpc-bridge's JobSet for the file, after the same API server defaulting (a server-side dry run),
         and the other objects it renders (the MPI hostfile ConfigMap and SSH Secret)."""
         from bridge import service
+        from bridge.api.cluster import BridgeCluster
 
-        prepared = service.render(str(path), to="kubernetes", runtimes=[str(self.runtimes_dir)])
+        permissive = BridgeCluster.model_validate({
+            "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "kubernetes"},
+            "spec": {"type": "kubernetes", "kubernetes": {"podPolicy": PERMISSIVE_POD_POLICY}}})
+        prepared = service.prepare(service.read_input(str(path)), cluster="kubernetes",
+                                   configured={"kubernetes": permissive}, runtimes=[str(self.runtimes_dir)])
         objects = [doc for f in prepared.artifact.files for doc in yaml.safe_load_all(f.content) if doc]
         jobset = next(doc for doc in objects if doc.get("kind") == "JobSet")
         jobset = {**jobset, "metadata": {**jobset["metadata"], "namespace": self.hb_ns}}
@@ -229,7 +242,9 @@ class Oracle:
                     problems.append(f"ConfigMap {name}: data {theirs.data!r} from Kubeflow, {obj.get('data')!r} "
                                     "from hpc-bridge")
             elif obj["kind"] == "Secret":
-                theirs = self.core.read_namespaced_secret(name, self.kf_ns)
+                # Kubeflow's name for it; ours carries a digest of the uid (KNOWN_DIFFERENCES)
+                trainjob = obj["metadata"]["labels"]["trainer.kubeflow.org/trainjob-name"]
+                theirs = self.core.read_namespaced_secret(f"{trainjob}-mpi-ssh-auth", self.kf_ns)
                 if (theirs.type, bool(theirs.immutable)) != (obj.get("type"), bool(obj.get("immutable"))):
                     problems.append(f"Secret {name}: type/immutable {theirs.type}/{theirs.immutable} from Kubeflow, "
                                     f"{obj.get('type')}/{obj.get('immutable')} from hpc-bridge")

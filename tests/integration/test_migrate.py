@@ -37,7 +37,9 @@ def setup(slurm_cluster, real_kube, tmp_path, request):
         {"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "pods"},
          "spec": {"type": "kubernetes", "kubernetes": {
              "kubeconfig": str(real_kube.kube.kubeconfig), "namespace": namespace, "imagePullPolicy": "Never",
-             "images": {"busybox:1.36": real_kube.images["node"].ref}}}}]
+             "images": {"busybox:1.36": real_kube.images["node"].ref},
+             # the movable runtime's checkpoint directory is a hostPath, the same path as on the HPC nodes
+             "podPolicy": {"volumes": ["hostPath"]}}}}]
     if shutil.which("flux"):
         uri = request.getfixturevalue("flux_uri")
         clusters.append({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "fx"},

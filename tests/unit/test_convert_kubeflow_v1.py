@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bridge import service
+from bridge.api.cluster import BridgeCluster
 from bridge.api.loader import to_yaml
 from bridge.errors import InvalidSpec
 from bridge.mpi.discovery import Topology
@@ -26,9 +27,13 @@ def test_conversion_matches_golden(case: str, golden) -> None:
     source = service.read_input(str(CASES / f"{case}.yaml"))
     text = to_yaml(source.converted())
     golden(f"v1-{case}.trainjob.yaml", "".join(f"# note: {line}\n" for line in source.notes) + text)
-    # what it writes is what `submit` runs: it plans for every backend
-    for backend in ("slurm", "flux", "kubernetes"):
+    # what it writes is what `submit` runs: it plans for every backend (on Kubernetes, a cluster whose pod policy
+    # allows the v1 job's ServiceAccount)
+    for backend in ("slurm", "flux"):
         service.prepare(source, to=backend)
+    service.prepare(source, cluster="k8s", configured={"k8s": BridgeCluster.model_validate({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "k8s"},
+        "spec": {"type": "kubernetes", "kubernetes": {"podPolicy": {"serviceAccountNames": ["trainer"]}}}})})
 
 
 def test_every_field_of_the_v1_job_is_carried_or_reported() -> None:

@@ -27,6 +27,7 @@ from bridge.adapters.base import (
     JobStatus,
     OptionSpec,
 )
+from bridge.adapters.kubernetes.policy import check_pod_policy
 from bridge.adapters.kubernetes.render import (
     ACCOUNT_LABEL,
     FEATURE_LABEL_PREFIX,
@@ -34,7 +35,9 @@ from bridge.adapters.kubernetes.render import (
     PARTITION_LABEL,
     POD_GROUP_API,
     UID_LABEL,
+    jobset_name,
     render_manifests,
+    ssh_secret_name,
 )
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import ANCESTOR_LABEL, QUEUE_LABEL, LaunchPlan
@@ -129,8 +132,15 @@ class KubernetesAdapter(Adapter):
         self._api_client = api_client
 
     def render(self, plan: LaunchPlan) -> Artifact:
+        """Exactly what submit creates, in the namespace it creates it in, once the pods pass the cluster's
+        pod policy."""
+        manifests = render_manifests(plan, self._namespace(plan.namespace), self._pod_policy())
         return Artifact("kubernetes", "jobset", plan,
-                        (ArtifactFile(f"{plan.name}.jobset.yaml", render_manifests(plan), "application/yaml"),))
+                        (ArtifactFile(f"{plan.name}.jobset.yaml", manifests, "application/yaml"),))
+
+    def _pod_policy(self):
+        conn = self.cluster.spec.kubernetes
+        return conn.pod_policy if conn else None
 
     # --- clients -------------------------------------------------------------------------------------
 
@@ -163,6 +173,8 @@ class KubernetesAdapter(Adapter):
     # --- submit --------------------------------------------------------------------------------------
 
     def _namespace(self, plan_namespace: str) -> str:
+        """Where the JobSets of a TrainJob of *plan_namespace* are: ``spec.kubernetes.namespace`` (a tenant's
+        target namespace in the operator's overlay of the cluster), else the TrainJob's own."""
         conn = self.cluster.spec.kubernetes
         return (conn.namespace if conn and conn.namespace else None) or plan_namespace
 
@@ -190,6 +202,8 @@ class KubernetesAdapter(Adapter):
     def _create_all(self, artifact: Artifact) -> JobRef:
         plan = artifact.plan
         namespace = self._namespace(plan.namespace)
+        # the policy once more, before anything exists: an artifact rendered elsewhere passes it here too
+        check_pod_policy(plan, namespace, self._pod_policy())
         objects = list(yaml.load_all(artifact.main, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
         core, custom = self._core(), self._custom()
         created: list[tuple[str, str]] = []
@@ -238,8 +252,9 @@ class KubernetesAdapter(Adapter):
         labels = (existing.get("metadata", {}) if isinstance(existing, dict)
                   else (existing.metadata.to_dict() if existing is not None else {})).get("labels") or {}
         if existing is not None and labels.get(UID_LABEL) != uid:
+            # the other TrainJob's uid is not said: it may be another tenant's
             raise BackendRejected("kubernetes", f"{body['kind']} {namespace}/{name} already exists and belongs to "
-                                                f"another TrainJob (uid {labels.get(UID_LABEL) or 'none'})")
+                                                "another TrainJob")
         return existing if isinstance(existing, dict) else None
 
     def _own(self, namespace: str, created: list[tuple[str, str]], jobset: dict | None) -> None:
@@ -461,19 +476,19 @@ class KubernetesAdapter(Adapter):
         except ApiException as exc:
             if exc.status != 404:
                 raise translate(exc, "delete jobset") from None
-        # objects created before the JobSet owned them (an interrupted submit) go explicitly
+        # objects created before the JobSet owned them (an interrupted submit) go explicitly; the SSH Secret by
+        # its name, since the operator may read Secrets only by name (it may not list them)
         core = self._core()
-        for what, lister, deleter in (("secrets", core.list_namespaced_secret, core.delete_namespaced_secret),
-                                      ("configmaps", core.list_namespaced_config_map,
-                                       core.delete_namespaced_config_map)):
-            items = self._call(f"list {what}", lister, namespace, label_selector=f"{UID_LABEL}={ref.uid}").items \
-                if ref.uid else []
-            for item in items:
-                try:
-                    deleter(item.metadata.name, namespace)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise translate(exc, f"delete {what}") from None
+        if ref.uid:
+            self._remove_secret(namespace, ssh_secret_name(name, ref.uid), ref.uid)
+        items = self._call("list configmaps", core.list_namespaced_config_map, namespace,
+                           label_selector=f"{UID_LABEL}={ref.uid}").items if ref.uid else []
+        for item in items:
+            try:
+                core.delete_namespaced_config_map(item.metadata.name, namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise translate(exc, "delete configmaps") from None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -484,6 +499,30 @@ class KubernetesAdapter(Adapter):
                 raise translate(exc, "read jobset") from None
             time.sleep(0.5)
         raise BackendUnavailable("kubernetes", f"JobSet {namespace}/{name} was not deleted within 60s")
+
+    def _remove_secret(self, namespace: str, name: str, uid: str) -> None:
+        """Deletes Secret *namespace*/*name* if it is the one made for TrainJob *uid* (and no other took the name
+        meanwhile: the delete is conditional on the Secret's own uid)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        from bridge.adapters.kubernetes.client import translate
+
+        core = self._core()
+        try:
+            secret = core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise translate(exc, "read secret") from None
+        if (secret.metadata.labels or {}).get(UID_LABEL) != uid:
+            return  # another TrainJob's (the name is reused by a rerun), or not ours at all
+        try:
+            core.delete_namespaced_secret(name, namespace, body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=secret.metadata.uid)))
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone, or replaced since it was read: not ours to delete
+                raise translate(exc, "delete secret") from None
 
     def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
         """Logs of the JobSet's pods — the trainer's ``node`` container, an initializer's container of its
@@ -583,6 +622,8 @@ class KubernetesAdapter(Adapter):
     def ref(self, job_id: str, identity: Identity | None = None) -> JobRef:
         namespace, _, name = job_id.rpartition("/")
         ns = namespace or self._namespace(identity.namespace if identity else "default")
+        if not namespace and identity is not None and name == identity.name:
+            name = jobset_name(identity.namespace, name, ns)  # the TrainJob's name: its JobSet's, where it runs
         return JobRef(self.cluster.name, "kubernetes", f"{ns}/{name}", identity.uid if identity else "", name)
 
     def list_jobs(self) -> list[JobStatus]:

@@ -8,9 +8,13 @@ counts, PET_* for torch, SSH Secret + hostfile for MPI, identity labels. Pure: n
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from bridge.adapters.kubernetes.policy import check_pod_policy
+from bridge.api.cluster import PodPolicy
 from bridge.api.loader import dump_yaml
 from bridge.api.names import check_labels
 from bridge.errors import InvalidSpec
@@ -53,12 +57,38 @@ _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
-def ssh_secret_name(plan: LaunchPlan) -> str:
-    return f"{plan.name}-mpi-ssh-auth"
+@dataclass(frozen=True)
+class Target:
+    """Where the JobSet (and what comes with it) is created, and under which name."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, plan: LaunchPlan, namespace: str | None = None) -> Target:
+        return cls(namespace or plan.namespace, jobset_name(plan.namespace, plan.name, namespace))
 
 
-def hostfile_configmap_name(plan: LaunchPlan) -> str:
-    return f"{plan.name}-mpi-hostfile"
+def jobset_name(trainjob_namespace: str, trainjob_name: str, namespace: str | None) -> str:
+    """The JobSet of TrainJob *trainjob_namespace*/*trainjob_name* created in *namespace*: the TrainJob's name
+    in its own namespace; in another (the cluster's or the tenant's, which several namespaces may share) the
+    name with a digest of the TrainJob's namespace and name, so that same-named TrainJobs of two namespaces
+    never want one name (deterministic: render stays pure)."""
+    if not namespace or namespace == trainjob_namespace:
+        return trainjob_name
+    digest = hashlib.sha256(f"{trainjob_namespace}/{trainjob_name}".encode()).hexdigest()[:10]
+    # a DNS-1035 label of 63 at most, like the name itself: the stem starts with the name's letter
+    return f"{trainjob_name[:63 - 11]}-{digest}"
+
+
+def ssh_secret_name(jobset_name: str, uid: str) -> str:
+    """The MPI SSH key Secret of a JobSet: a digest of the TrainJob's uid in its name, which another tenant
+    cannot know, so no pod of theirs can name it (Kubeflow's ``<name>-mpi-ssh-auth`` is guessable)."""
+    return f"{jobset_name}-mpi-ssh-{hashlib.sha256(uid.encode()).hexdigest()[:16]}"
+
+
+def hostfile_configmap_name(jobset_name: str) -> str:
+    return f"{jobset_name}-mpi-hostfile"
 
 
 def _labels(plan: LaunchPlan) -> dict[str, str]:
@@ -155,13 +185,15 @@ def _set_pod_count(job: dict[str, Any], count: int) -> None:
     spec["completions"] = count
 
 
-def hostnames(plan: LaunchPlan, job_name: str, count: int, subdomain: str) -> list[str]:
-    return [f"{plan.name}-{job_name}-0-{i}.{subdomain}" for i in range(count)]
+def hostnames(jobset_name: str, job_name: str, count: int, subdomain: str) -> list[str]:
+    return [f"{jobset_name}-{job_name}-0-{i}.{subdomain}" for i in range(count)]
 
 
-def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
-    """The JobSet, and for MPI the peers its hostfile lists."""
+def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, Any], list[Peer]]:
+    """The JobSet (in *target*, by default the TrainJob's own namespace and name), and for MPI the peers its
+    hostfile lists."""
     check_identity(plan)
+    target = target or Target.of(plan)
     peers: list[Peer] = []
     spec = copy.deepcopy(dict(plan.jobset_template))
     jobs: list[dict[str, Any]] = spec.setdefault("replicatedJobs", [])
@@ -202,16 +234,16 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     if resources:
         container["resources"] = copy.deepcopy(resources)
 
-    subdomain = (spec.get("network") or {}).get("subdomain") or plan.name
+    subdomain = (spec.get("network") or {}).get("subdomain") or target.name
     if not isinstance(subdomain, str) or len(subdomain) > 253 or not _DNS_SUBDOMAIN.fullmatch(subdomain):
         # it is written into every hostname of the MPI hostfile: one line per host, nothing else
         raise InvalidSpec(f"runtime {plan.runtime_name}: spec.template.spec.network.subdomain", subdomain,
                           "must be an RFC 1123 subdomain: lowercase letters, digits, '-' and '.'")
     node_job = next((job for job in jobs if job.get("name") == "node"), trainer)
     # the first pod of the trainer's replicated job coordinates (torch master, JAX coordinator, XGBoost tracker)
-    master_host = hostnames(plan, trainer["name"], 1, subdomain)[0]
+    master_host = hostnames(target.name, trainer["name"], 1, subdomain)[0]
     if plan.launcher in _OVER_SSH:
-        peers = _mpi(plan, jobs, trainer, node_job, container, subdomain, user_env, resources)
+        peers = _mpi(plan, target.name, jobs, trainer, node_job, container, subdomain, user_env, resources)
     else:
         _set_pod_count(trainer, plan.nodes)
         # Kubeflow's framework plugins add their environment only when the TrainJob has a trainer section
@@ -225,7 +257,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     if plan.env_injection:
         _inject_torch_env(plan, jobs, master_host)
     if plan.launcher in _LAUNCHED and (container.get("command") or container.get("args")):
-        _launch(plan, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
+        _launch(plan, target.name, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
     _initializers(plan, jobs)
     counted = node_job if plan.launcher in _OVER_SSH else trainer
     for job in jobs:
@@ -243,7 +275,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
         pod_meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
         pod_meta.setdefault("labels", {}).update(_labels(plan))
         if plan.pod_group is not None:
-            _join_gang(plan, pod_meta, _pod_spec(job))
+            _join_gang(plan, target.name, pod_meta, _pod_spec(job))
         _place(_pod_spec(job), placement)
         if plan.options.account:
             pod_meta["labels"][ACCOUNT_LABEL] = plan.options.account
@@ -260,7 +292,7 @@ def jobset(plan: LaunchPlan) -> tuple[dict[str, Any], list[Peer]]:
     for job in jobs:
         pod_labels = job["template"]["spec"]["template"]["metadata"]["labels"]
         _check_labels(f"runtime {plan.runtime_name}: replicatedJobs[{job.get('name')}] pod labels", pod_labels)
-    metadata: dict[str, Any] = {"name": plan.name, "namespace": plan.namespace, "labels": labels}
+    metadata: dict[str, Any] = {"name": target.name, "namespace": target.namespace, "labels": labels}
     if plan.jobset_metadata.get("annotations"):
         metadata["annotations"] = dict(plan.jobset_metadata["annotations"])
     return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
@@ -401,14 +433,15 @@ def _xgboost(plan: LaunchPlan, container: dict[str, Any], master_host: str) -> N
     _coordinator_port(plan, container)
 
 
-def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_env, resources) -> list[Peer]:
+def _mpi(plan: LaunchPlan, name: str, jobs, trainer, node_job, container, subdomain, user_env,
+         resources) -> list[Peer]:
     launcher_job = next((job for job in jobs if job.get("name") == "launcher"), None)
     if launcher_job is not None and node_job is not launcher_job:
         workers = max(plan.nodes - 1, 1) if plan.run_launcher_as_node else plan.nodes
         _set_pod_count(node_job, workers)
-        peers = hostnames(plan, "node", workers, subdomain)
+        peers = hostnames(name, "node", workers, subdomain)
         if plan.run_launcher_as_node:
-            peers += hostnames(plan, "launcher", 1, subdomain)
+            peers += hostnames(name, "launcher", 1, subdomain)
             worker_container = _node_container(node_job)
             if worker_container is not None:
                 _set_env(worker_container, user_env)
@@ -416,7 +449,7 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
                     worker_container["resources"] = copy.deepcopy(resources)
     else:
         _set_pod_count(trainer, plan.nodes)
-        peers = hostnames(plan, trainer["name"], plan.nodes, subdomain)
+        peers = hostnames(name, trainer["name"], plan.nodes, subdomain)
     mount = plan.ssh_auth_mount_path or "/root/.ssh"
     for job in jobs:
         pod = _pod_spec(job)
@@ -424,7 +457,7 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
         if node is None:
             continue
         volumes = [v for v in pod.get("volumes", []) if v.get("name") not in ("mpi-ssh-auth", "mpi-hostfile")]
-        volumes.append({"name": "mpi-ssh-auth", "secret": {"secretName": ssh_secret_name(plan), "defaultMode": 0o400,
+        volumes.append({"name": "mpi-ssh-auth", "secret": {"secretName": ssh_secret_name(name, plan.uid), "defaultMode": 0o400,
                         "items": [{"key": "ssh-privatekey", "path": "id_rsa", "mode": 0o640},
                                   {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": 0o644},
                                   {"key": "ssh-publickey", "path": "authorized_keys", "mode": 0o644},
@@ -435,7 +468,7 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
         mounts = [m for m in node.get("volumeMounts", []) if m.get("name") not in ("mpi-ssh-auth", "mpi-hostfile")]
         mounts.append({"name": "mpi-ssh-auth", "mountPath": mount})
         # every pod, not only the launcher: each finds its rank in it (Kubeflow mounts it on the launcher alone)
-        volumes.append({"name": "mpi-hostfile", "configMap": {"name": hostfile_configmap_name(plan),
+        volumes.append({"name": "mpi-hostfile", "configMap": {"name": hostfile_configmap_name(name),
                         "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}]}})
         mounts.append({"name": "mpi-hostfile", "mountPath": HOSTFILE_PATH.rsplit("/", 1)[0]})
         pod["volumes"] = volumes
@@ -453,8 +486,8 @@ def _mpi(plan: LaunchPlan, jobs, trainer, node_job, container, subdomain, user_e
     return [Peer(host, plan.procs_per_node) for host in peers]
 
 
-def _launch(plan: LaunchPlan, container: dict[str, Any], trainer: dict[str, Any], node_job: dict[str, Any],
-            subdomain: str, env_names: list[str]) -> None:
+def _launch(plan: LaunchPlan, name: str, container: dict[str, Any], trainer: dict[str, Any],
+            node_job: dict[str, Any], subdomain: str, env_names: list[str]) -> None:
     """Every pod runs its command through ``hpcbridge launch``, the bootstrap Slurm and Flux jobs use.
 
     MPI: peers from the hostfile ConfigMap, the launcher's pod first; rank 0 starts mpirun/mpiexec once every
@@ -471,11 +504,11 @@ def _launch(plan: LaunchPlan, container: dict[str, Any], trainer: dict[str, Any]
               # counts and never starts); the values the plugins above set are the same
               "framework": launch_framework(plan.framework) if launcher is plan.launcher else ""}
     if plan.launcher in _OVER_SSH:
-        spec = LaunchSpec(**common, hostfile=HOSTFILE_PATH, leader=hostnames(plan, trainer["name"], 1, subdomain)[0],
+        spec = LaunchSpec(**common, hostfile=HOSTFILE_PATH, leader=hostnames(name, trainer["name"], 1, subdomain)[0],
                           ssh_dir=plan.ssh_auth_mount_path or "/root/.ssh", ssh_port=DEFAULT_PORT,
                           forward_env=tuple(dict.fromkeys(env_names)))
     else:
-        spec = LaunchSpec(**common, hosts=tuple(hostnames(plan, trainer["name"], plan.nodes, subdomain)))
+        spec = LaunchSpec(**common, hosts=tuple(hostnames(name, trainer["name"], plan.nodes, subdomain)))
     argv = [*plan.launch_command, *spec.to_args()]
     targets = [container]
     if plan.launcher in _OVER_SSH and node_job is not trainer:
@@ -496,15 +529,18 @@ def launched_command(container: dict[str, Any]) -> list[str]:
     return argv
 
 
-def mpi_objects(plan: LaunchPlan, peers: list[Peer]) -> list[dict[str, Any]]:
+def mpi_objects(plan: LaunchPlan, peers: list[Peer], target: Target | None = None) -> list[dict[str, Any]]:
+    target = target or Target.of(plan)
     labels = _labels(plan)
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth", "immutable": True,
-              "metadata": {"name": ssh_secret_name(plan), "namespace": plan.namespace, "labels": labels,
+              "metadata": {"name": ssh_secret_name(target.name, plan.uid), "namespace": target.namespace,
+                           "labels": labels,
                            # Keys are made at submit time, never rendered: render stays pure and keys secret.
                            "annotations": {KEYS_ANNOTATION: "generated-at-submit"}},
               "data": {}}
     configmap = {"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": hostfile_configmap_name(plan), "namespace": plan.namespace, "labels": labels},
+                 "metadata": {"name": hostfile_configmap_name(target.name), "namespace": target.namespace,
+                              "labels": labels},
                  "data": {"hostfile": hostfile_for(plan.launcher.value, peers)}}
     return [secret, configmap]
 
@@ -518,19 +554,20 @@ VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 
 
-def _join_gang(plan: LaunchPlan, pod_meta: dict[str, Any], pod: dict[str, Any]) -> None:
+def _join_gang(plan: LaunchPlan, name: str, pod_meta: dict[str, Any], pod: dict[str, Any]) -> None:
     group = plan.pod_group
     if group.kind == "coscheduling":
-        pod_meta.setdefault("labels", {})[COSCHEDULING_LABEL] = plan.name
+        pod_meta.setdefault("labels", {})[COSCHEDULING_LABEL] = name
     else:
-        pod_meta.setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = plan.name
+        pod_meta.setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = name
     if group.scheduler_name and not pod.get("schedulerName"):
         pod["schedulerName"] = group.scheduler_name
 
 
-def pod_group(plan: LaunchPlan, js: dict[str, Any]) -> dict[str, Any]:
+def pod_group(plan: LaunchPlan, js: dict[str, Any], target: Target | None = None) -> dict[str, Any]:
     """The PodGroup Kubeflow's plugin makes for this JobSet: named after the TrainJob, minMember every pod of
     every replicated job (a gang starts whole or not at all), minResources their requests summed."""
+    target = target or Target.of(plan)
     from fractions import Fraction
 
     from bridge.api.quantity import format_quantity
@@ -559,7 +596,7 @@ def pod_group(plan: LaunchPlan, js: dict[str, Any]) -> dict[str, Any]:
         if group.network_topology:
             spec["networkTopology"] = copy.deepcopy(dict(group.network_topology))
     return {"apiVersion": f"{api_group}/{version}", "kind": "PodGroup",
-            "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": _labels(plan)}, "spec": spec}
+            "metadata": {"name": target.name, "namespace": target.namespace, "labels": _labels(plan)}, "spec": spec}
 
 
 def _pod_requests(pod: dict[str, Any]):
@@ -584,14 +621,19 @@ def _pod_requests(pod: dict[str, Any]):
     return total
 
 
-def render_objects(plan: LaunchPlan) -> list[dict[str, Any]]:
-    js, peers = jobset(plan)
+def render_objects(plan: LaunchPlan, namespace: str | None = None, policy: PodPolicy | None = None,
+                   ) -> list[dict[str, Any]]:
+    """Every object submit creates, in *namespace* (default: the TrainJob's own), once the plan's pod templates
+    pass *policy* (default: PodPolicy's restrictive one)."""
+    target = Target.of(plan, namespace)
+    check_pod_policy(plan, target.namespace, policy)
+    js, peers = jobset(plan, target)
     # the PodGroup first: a pod that names a group the scheduler does not know yet is not scheduled
-    gang = [pod_group(plan, js)] if plan.pod_group is not None else []
+    gang = [pod_group(plan, js, target)] if plan.pod_group is not None else []
     if plan.launcher in _OVER_SSH:
-        return [*gang, *mpi_objects(plan, peers), js]
+        return [*gang, *mpi_objects(plan, peers, target), js]
     return [*gang, js]
 
 
-def render_manifests(plan: LaunchPlan) -> str:
-    return dump_yaml(render_objects(plan))
+def render_manifests(plan: LaunchPlan, namespace: str | None = None, policy: PodPolicy | None = None) -> str:
+    return dump_yaml(render_objects(plan, namespace, policy))

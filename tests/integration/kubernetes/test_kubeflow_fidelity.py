@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.harness.kube import KubeCluster
-from tests.harness.trainer_oracle import GROUP, JOBSET, VERSION, Oracle, compare
+from tests.harness.trainer_oracle import GROUP, JOBSET, PERMISSIVE_POD_POLICY, VERSION, Oracle, compare
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
@@ -103,6 +103,11 @@ def test_trainers_own_runtimes_folder_and_examples_work_as_they_are(trainer_clus
     volcano.write_text(yaml.safe_dump({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                        "metadata": {"name": "with-volcano"},
                                        "spec": {"type": "kubernetes", "kubernetes": {"gangScheduler": "volcano"}}}))
+    permissive = tmp_path / "permissive-cluster.yaml"
+    permissive.write_text(yaml.safe_dump({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                          "metadata": {"name": "kubeflow-like"},
+                                          "spec": {"type": "kubernetes",
+                                                   "kubernetes": {"podPolicy": PERMISSIVE_POD_POLICY}}}))
     for example in sorted((src / "examples" / "yaml").glob("*.yaml")):
         result = subprocess.run([sys.executable, "-m", "bridge", "render", str(example), "--to", "kubernetes",
                                  "--runtimes", str(runtimes)], capture_output=True, text=True, cwd=ROOT)
@@ -121,6 +126,13 @@ def test_trainers_own_runtimes_folder_and_examples_work_as_they_are(trainer_clus
                                      "with-volcano", "--runtimes", str(runtimes)], capture_output=True, text=True,
                                     cwd=ROOT, env={**os.environ, "HPCBRIDGE_CONFIG": str(volcano)})
             assert "kind: PodGroup" in result.stdout and "schedulerName: volcano" in result.stdout, result.stderr
+        if result.returncode == 2 and "spec.kubernetes.podPolicy" in result.stderr:
+            # a pod field the default pod policy forbids (02-runtime-patches' serviceAccountName) is refused
+            # naming it; a cluster whose policy allows it renders it
+            assert "serviceAccountName" in result.stderr, (example.name, result.stderr)
+            result = subprocess.run([sys.executable, "-m", "bridge", "render", str(example), "--cluster",
+                                     "kubeflow-like", "--runtimes", str(runtimes)], capture_output=True, text=True,
+                                    cwd=ROOT, env={**os.environ, "HPCBRIDGE_CONFIG": str(permissive)})
         assert result.returncode == 0, (example.name, result.stderr)
         assert not result.stderr, (example.name, result.stderr)  # nothing left unhonoured
         # elsewhere each Kubernetes-only field is one note, never silent

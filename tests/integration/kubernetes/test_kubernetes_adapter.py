@@ -27,11 +27,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def cluster_for(kube_cluster, namespace: str) -> BridgeCluster:
+def cluster_for(kube_cluster, namespace: str, pod_policy: dict | None = None) -> BridgeCluster:
+    kube = {"kubeconfig": str(kube_cluster.kubeconfig), "namespace": namespace}
+    if pod_policy is not None:
+        kube["podPolicy"] = pod_policy
     return BridgeCluster.model_validate({
         "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "k8s"},
-        "spec": {"type": "kubernetes", "kubernetes": {"kubeconfig": str(kube_cluster.kubeconfig),
-                                                      "namespace": namespace}}})
+        "spec": {"type": "kubernetes", "kubernetes": kube}})
 
 
 def trainjob(name: str, runtime: str, namespace: str, pod_labels: dict | None = None, backoff_limit=None,
@@ -92,13 +94,16 @@ def test_failing_pod_fails_the_trainjob_with_a_reason(kube_cluster, namespace) -
 def test_mpi_four_nodes_two_slots(kube_cluster, kube_api, namespace) -> None:
     from kubernetes import client
 
+    from bridge.adapters.kubernetes.render import ssh_secret_name
+
     adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
-    _, ref = submit(adapter, trainjob("mpi-four", "mpi-distributed", namespace, numNodes=4, numProcPerNode=2))
+    plan, ref = submit(adapter, trainjob("mpi-four", "mpi-distributed", namespace, numNodes=4, numProcPerNode=2))
     core = client.CoreV1Api(kube_api)
     hostfile = core.read_namespaced_config_map("mpi-four-mpi-hostfile", namespace).data["hostfile"]
     assert hostfile.splitlines() == [f"mpi-four-node-0-{i}.mpi-four slots=2" for i in range(3)] + \
         ["mpi-four-launcher-0-0.mpi-four slots=2"]
-    secret = core.read_namespaced_secret("mpi-four-mpi-ssh-auth", namespace)
+    # named after a digest of the TrainJob's uid, which another tenant cannot know
+    secret = core.read_namespaced_secret(ssh_secret_name("mpi-four", plan.uid), namespace)
     assert secret.type == "kubernetes.io/ssh-auth" and secret.immutable
     assert base64.b64decode(secret.data["ssh-privatekey"]).startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
     assert base64.b64decode(secret.data["ssh-publickey"]).startswith(b"ssh-ed25519 ")
@@ -250,3 +255,68 @@ def test_logs_are_what_the_api_server_gives(kube_cluster, namespace) -> None:
     with pytest.raises(BridgeError) as info:
         list(adapter.logs(ref))
     assert "read log" in str(info.value)
+
+
+def _with_uid(job, uid: str):
+    return job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": uid})})
+
+
+def test_a_shared_namespace_keeps_same_named_trainjobs_of_two_namespaces_apart(kube_cluster, kube_api,
+                                                                                namespace) -> None:
+    """The cluster's namespace serves TrainJobs of two namespaces: each JobSet is created where and as `render`
+    shows it, same-named ones do not collide, and a name another TrainJob holds is refused without its uid."""
+    import uuid
+
+    from kubernetes import client
+
+    from bridge.errors import BackendRejected
+
+    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    custom, core = client.CustomObjectsApi(kube_api), client.CoreV1Api(kube_api)
+    names, uids = [], []
+    for tenant in ("team-a", "team-b"):
+        job = _with_uid(trainjob("same", "mpi-distributed", tenant, numNodes=2,
+                                 pod_labels={"pod-complete.stage.kwok.x-k8s.io/never": "true"}), str(uuid.uuid4()))
+        plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
+        artifact = adapter.render(plan)
+        shown = list(yaml.safe_load_all(artifact.main))
+        assert {obj["metadata"]["namespace"] for obj in shown} == {namespace}
+        ref = adapter.submit(artifact)
+        jobset = shown[-1]["metadata"]["name"]
+        assert ref.job_id == f"{namespace}/{jobset}"
+        created = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, jobset)
+        assert created["metadata"]["labels"]["hpcbridge.io/uid"] == plan.uid
+        assert core.read_namespaced_secret(shown[0]["metadata"]["name"], namespace).metadata.labels[
+            "hpcbridge.io/uid"] == plan.uid
+        names.append(jobset)
+        uids.append(plan.uid)
+    assert len(set(names)) == 2
+    # team-a's TrainJob deleted and made again (a new uid) while its JobSet is still there
+    again = _with_uid(trainjob("same", "torch-distributed", "team-a"), str(uuid.uuid4()))
+    with pytest.raises(BackendRejected) as refused:
+        adapter.submit(adapter.render(resolve(again, find_runtime(again, builtin_runtimes()), adapter.cluster)))
+    assert "belongs to another TrainJob" in str(refused.value) and uids[0] not in str(refused.value)
+
+
+def test_a_pod_field_the_policy_forbids_creates_nothing(kube_cluster, kube_api, namespace) -> None:
+    from kubernetes import client
+
+    from bridge.errors import InvalidSpec
+
+    job = load_documents(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "on-host", "namespace": namespace},
+        "spec": {"runtimeRef": {"name": "mpi-distributed"}, "trainer": {"command": ["python3", "train.py"]},
+                 "runtimePatches": [{"manager": "example.io/tenant", "trainingRuntimeSpec": {"template": {"spec": {
+                     "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                         "hostNetwork": True}}}}}]}}}}]}}))[0]
+    relaxed = KubernetesAdapter(cluster_for(kube_cluster, namespace, {"hostNetwork": True}))
+    artifact = relaxed.render(resolve(job, find_runtime(job, builtin_runtimes()), relaxed.cluster))
+    strict = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    with pytest.raises(InvalidSpec) as refused:
+        strict.submit(artifact)
+    assert refused.value.field.endswith("replicatedJobs[node].template.spec.template.spec.hostNetwork")
+    selector = f"hpcbridge.io/uid={artifact.plan.uid}"
+    assert not client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=selector)["items"]
+    assert not client.CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector=selector).items

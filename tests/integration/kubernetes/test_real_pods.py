@@ -53,7 +53,9 @@ def real(real_kube, tmp_path):
         "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "real"},
         "spec": {"type": "kubernetes", "kubernetes": {
             "kubeconfig": str(real_kube.kube.kubeconfig), "namespace": namespace, "imagePullPolicy": "Never",
-            "images": {"ghcr.io/kubeflow/trainer/deepspeed-runtime": image, "hpcbridge.test/plain": image}}}}))
+            "images": {"ghcr.io/kubeflow/trainer/deepspeed-runtime": image, "hpcbridge.test/plain": image},
+            # the tests' runtimes mount this machine's directories (site-packages, shared data) as hostPath
+            "podPolicy": {"volumes": ["hostPath"]}}}}))
     env = {**os.environ, "HPCBRIDGE_CONFIG": str(config), "XDG_STATE_HOME": str(tmp_path / "state")}
     yield Real(real_kube, namespace, env, core)
     core.delete_namespace(namespace)
