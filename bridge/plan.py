@@ -279,6 +279,9 @@ class LaunchPlan:
     queue: str | None = None
     #: the TrainJob's initializers: what is staged before the trainer starts
     staging: StagingPlan | None = None
+    #: the tenant this plan runs for (a BridgeCluster ``spec.tenants`` entry's name) when it came from a
+    #: Kubernetes namespace through the operator; None for the CLI, which runs as the Unix user who types it
+    tenant: str | None = None
 
     @property
     def total_procs(self) -> int:

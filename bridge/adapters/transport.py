@@ -32,15 +32,39 @@ class CommandResult:
         return self.returncode == 0
 
 
+#: A fixed POSIX sh program that hands a job's environment to a command on its fd 3 (``sbatch
+#: --export-file=3``) with no value on a command line, in a file or in a process environment. Its stdin starts
+#: with a count, then one NAME=value line per entry (``job_env_input``); ``read`` takes a pipe's bytes one at a
+#: time, so the rest of stdin (the batch script) is left whole for the command. The builtin printf writes the
+#: entries NUL-separated into a pipe that becomes the command's fd 3.
+JOB_ENV_READER = r"""IFS= read -r n || exit 125
+case $n in ''|*[!0-9]*) exit 125;; esac
+e=
+while [ "$n" -gt 0 ]; do IFS= read -r l || exit 125; e="$e$l
+"; n=$((n - 1)); done
+exec 4<&0
+set -f; IFS='
+'
+printf '%b\0' $e | { exec 3<&0 0<&4 4<&-; exec "$@"; }"""
+
+
+def job_env_input(env: Mapping[str, str]) -> str:
+    """The head of JOB_ENV_READER's stdin: backslashes and newlines escaped as printf's %b reads them back."""
+    lines = (f"{name}={value}".replace("\\", "\\\\").replace("\n", "\\n") for name, value in env.items())
+    return f"{len(env)}\n" + "".join(f"{line}\n" for line in lines)
+
+
 class Transport(ABC):
     name = "transport"
 
     @abstractmethod
     def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0,
-            resend: bool = True) -> CommandResult:
+            resend: bool = True, job_env: Mapping[str, str] | None = None) -> CommandResult:
         """Run *argv* (no shell) on the target host and return its status and output. Without *resend* a
         command whose connection broke after it was sent is not sent again (it may have run: a submit is
-        looked up before it is retried, by the caller)."""
+        looked up before it is retried, by the caller). With *job_env*, the whole environment of the job
+        *argv* submits: the command reads it on fd 3 as NUL-separated NAME=value entries (JOB_ENV_READER),
+        and none of it is on a command line or in the command's own environment."""
 
     @abstractmethod
     def stream(self, argv: Sequence[str], timeout: float = 24 * 3600.0, check: bool = True) -> Iterator[str]:
@@ -58,14 +82,22 @@ class LocalTransport(Transport):
 
     def __init__(self, env: Mapping[str, str] | None = None, cwd: str | None = None) -> None:
         self.env = {**os.environ, **(env or {})}
+        # what a command that submits a job for someone else runs with (job_env): the cluster's own settings,
+        # a PATH to find the command and the locale, never the rest of this process's environment
+        self.minimal_env = {**{name: value for name, value in os.environ.items()
+                               if name in ("PATH", "LANG", "LANGUAGE") or name.startswith("LC_")}, **(env or {})}
         self.cwd = cwd
 
     def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0,
-            resend: bool = True) -> CommandResult:
+            resend: bool = True, job_env: Mapping[str, str] | None = None) -> CommandResult:
+        asked, env = argv, self.env
+        if job_env is not None:
+            argv, stdin, env = ["sh", "-c", JOB_ENV_READER, "sh", *argv], job_env_input(job_env) + (stdin or ""), \
+                self.minimal_env
         try:
             proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                                    env=self.env, cwd=self.cwd)
+                                    env=env, cwd=self.cwd)
         except FileNotFoundError:
             raise BackendUnavailable(self.name, f"{argv[0]}: command not found on this machine") from None
         # A timer kills it, rather than communicate(timeout=...): with a timeout, Popen.wait polls with sleeps
@@ -87,8 +119,8 @@ class LocalTransport(Transport):
                 proc.kill()
                 proc.wait()
         if expired.is_set():
-            raise BackendUnavailable(self.name, f"{argv[0]} did not answer within {timeout:g}s")
-        return CommandResult(tuple(argv), proc.returncode, stdout, stderr)
+            raise BackendUnavailable(self.name, f"{asked[0]} did not answer within {timeout:g}s")
+        return CommandResult(tuple(asked), proc.returncode, stdout, stderr)
 
     def stream(self, argv: Sequence[str], timeout: float = 24 * 3600.0, check: bool = True) -> Iterator[str]:
         try:
@@ -164,10 +196,14 @@ class SSHTransport(Transport):
         return shlex.join([*prefix, *argv])
 
     def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0,
-            resend: bool = True) -> CommandResult:
+            resend: bool = True, job_env: Mapping[str, str] | None = None) -> CommandResult:
         import paramiko
 
         line = self.command_line(argv)
+        if job_env is not None:
+            # values go on stdin to the fixed reader, never on the remote command line (sshd and ps see it)
+            line = self.command_line(["sh", "-c", JOB_ENV_READER, "sh", *argv])
+            stdin = job_env_input(job_env) + (stdin or "")
         delay = self.backoff
         for attempt in range(self.retries + 1):
             sent = False

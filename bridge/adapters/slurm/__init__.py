@@ -25,7 +25,14 @@ from bridge.adapters.base import (
     NodeNeed,
     OptionSpec,
 )
-from bridge.adapters.slurm.render import comment_uid, render_script, sbatch_command
+from bridge.adapters.slurm.render import (
+    comment_uid,
+    job_env,
+    job_env_names,
+    render_script,
+    sbatch_command,
+    tenant_flags,
+)
 from bridge.adapters.slurm.state import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
@@ -113,10 +120,19 @@ class SlurmAdapter(Adapter):
             # the user's batch script as it is; here sbatch reads the file itself, as `sbatch FILE` would
             source = plan.batch_script
             name = os.path.basename(source.path) if source.path else f"{plan.name}.sbatch"
-            return Artifact("slurm", "batch-script", plan, (ArtifactFile(name, source.text, "text/x-shellscript"),),
+            env = self._job_env(plan)
+            names = (ArtifactFile(f"{plan.name}.env", job_env_names(env)),) if env is not None else ()
+            return Artifact("slurm", "batch-script", plan,
+                            (ArtifactFile(name, source.text, "text/x-shellscript"), *names),
                             command=sbatch_command(plan, file_argument=self._local))
         script = ArtifactFile(f"{plan.name}.sbatch", render_script(plan), "text/x-shellscript")
         if self.rest is None:
+            env = self._job_env(plan)
+            if env is not None:
+                # a tenant's job: what sbatch is called with, and the names of what it reads on fd 3
+                return Artifact("slurm", "sbatch-script", plan,
+                                (script, ArtifactFile(f"{plan.name}.env", job_env_names(env))),
+                                command=("sbatch", "--parsable", *tenant_flags(plan)))
             return Artifact("slurm", "sbatch-script", plan, (script,))
         import json
 
@@ -126,6 +142,10 @@ class SlurmAdapter(Adapter):
         return Artifact("slurm", "slurmrestd-submission", plan,
                         (ArtifactFile(f"{plan.name}.job.json", json.dumps(body, indent=2) + "\n",
                                       "application/json"), script))
+
+    def _job_env(self, plan: LaunchPlan) -> dict[str, str] | None:
+        conn = self.cluster.spec.slurm
+        return job_env(plan, conn.slurm_conf if conn else None)
 
     def _rest_env(self) -> dict[str, str]:
         conn = self.cluster.spec.slurm
@@ -206,8 +226,12 @@ class SlurmAdapter(Adapter):
             return self.rest.submit(json.loads(artifact.main))
         if artifact.command:
             reads_file = artifact.command[-1] == (artifact.plan.batch_script and artifact.plan.batch_script.path)
+            env = self._job_env(artifact.plan)
+            # a tenant's job environment travels apart from the command (the transport hands it to sbatch on
+            # fd 3); the CLI's sbatch exports the user's environment as it always has
+            extra = {"job_env": env} if env is not None else {}
             result = self._check(self.transport.run(artifact.command, stdin=None if reads_file else artifact.main,
-                                                    resend=False), "sbatch")
+                                                    resend=False, **extra), "sbatch")
         else:
             result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main, resend=False),
                                  "sbatch")

@@ -30,6 +30,14 @@ from bridge.plan import (
 from bridge.shell import comment, join, quote
 
 DEFAULT_OUTPUT = "hpcbridge-%x-%j.out"
+#: a tenant's job gets its whole environment from sbatch's ``--export-file`` on this file descriptor: values
+#: never go on a command line, into the batch script or into sbatch's own environment (see ``job_env``)
+ENV_FD = 3
+#: a tenant job's PATH when its TrainJob sets none (as slurmrestd jobs get it): nothing of the submitting
+#: side's environment reaches a tenant's job
+TENANT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: names sbatch silently drops from an --export-file (Slurm's env.c): refused rather than lost
+_EXPORT_FILE_DROPS = ("DISPLAY", "ENVIRONMENT", "HOSTNAME")
 #: prefix of the comment every job carries; the uid after it makes submit idempotent
 COMMENT_PREFIX = "hpcbridge.io/uid="
 
@@ -81,6 +89,38 @@ def comment_uid(comment: str) -> str | None:
     return head[len(COMMENT_PREFIX):] or None if head.startswith(COMMENT_PREFIX) else None
 
 
+def job_env(plan: LaunchPlan, slurm_conf: str | None = None) -> dict[str, str] | None:
+    """A tenant plan's whole job environment, which sbatch reads on fd ``ENV_FD`` (``--export-file``): a PATH,
+    the cluster's SLURM_CONF (srun in the job needs it), then the TrainJob's env, which wins. sbatch unsets its
+    own environment when it reads an export file, so nothing of the submitting side (the operator's variables,
+    sudo's, an SSH login's) flows into the job, and the values are in no command line, script or process
+    environment on the submitting host. None for a CLI plan: sbatch exports the user's own environment, as
+    HPC users expect, and the script exports the TrainJob's env."""
+    if plan.tenant is None:
+        return None
+    check_shell_env(plan)
+    env = {"PATH": TENANT_PATH, **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
+    for entry in plan.env:
+        value = entry.value or ""
+        where = f"spec.trainer.env[{entry.name}]"
+        # errors name the variable, never its value: it may be a secret, and errors become Events
+        if entry.name in _EXPORT_FILE_DROPS:
+            raise InvalidSpec(where, entry.name, "Slurm drops DISPLAY, ENVIRONMENT and HOSTNAME from the "
+                                                 "environment it is handed; set it in the command instead")
+        if len(entry.name) > 255 or len(value.encode()) >= 256 * 1024:
+            raise InvalidSpec(where, f"{len(value.encode())} bytes", "Slurm takes names of at most 255 "
+                                                                      "characters and values under 256 KiB")
+        env[entry.name] = value
+    return env
+
+
+def job_env_names(env: dict[str, str]) -> str:
+    """What a tenant artifact shows of the environment it sends: the names, never the values."""
+    return (f"# the job's whole environment: sbatch reads it on file descriptor {ENV_FD} (--export-file={ENV_FD}) "
+            "as NAME=value entries, taken from the TrainJob when it is submitted; values are never written "
+            "here, in the script or on a command line\n" + "".join(f"{name}\n" for name in env))
+
+
 def sbatch_command(plan: LaunchPlan, file_argument: bool) -> tuple[str, ...]:
     """The sbatch call that sends a batch script as it is: the user's flags, then hpc-bridge's identity.
 
@@ -90,12 +130,18 @@ def sbatch_command(plan: LaunchPlan, file_argument: bool) -> tuple[str, ...]:
     """
     script = plan.batch_script
     assert script is not None
-    argv = ["sbatch", "--parsable", *script.flags, f"--comment={identity_comment(plan.uid, script.comment)}"]
+    argv = ["sbatch", "--parsable", *tenant_flags(plan), *script.flags,
+            f"--comment={identity_comment(plan.uid, script.comment)}"]
     if file_argument and script.path:
         return (*argv, script.path)
     if script.job_name is None and script.path:
         argv.append(f"--job-name={os.path.basename(script.path)}")
     return tuple(argv)
+
+
+def tenant_flags(plan: LaunchPlan) -> tuple[str, ...]:
+    """sbatch's flags for how a tenant job gets its environment (``job_env``); none for the CLI."""
+    return () if plan.tenant is None else (f"--export-file={ENV_FD}",)
 
 
 def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
@@ -213,8 +259,14 @@ def render_script(plan: LaunchPlan) -> str:
         lines.append(comment(f"# gang: {gang_note(plan)}"))
     lines.append("set -eu")
     lines.append(ACCOUNT_ENV_LINE)
-    for entry in plan.env:
-        lines.append(f"export {entry.name}={quote(entry.value or '')}")
+    if plan.tenant is None:
+        for entry in plan.env:
+            lines.append(f"export {entry.name}={quote(entry.value or '')}")
+    elif plan.env:
+        # the job was started with these already (job_env): a script is kept by slurmctld and shown to
+        # `scontrol show job -dd`, so it never carries their values
+        lines.append(comment(f"# the TrainJob's env ({', '.join(entry.name for entry in plan.env)}) comes with "
+                             "the job's environment, not this script"))
     for name, value in job_environment(plan):
         lines.append(f"export {name}={quote(value)}")
     if plan.staging:
