@@ -83,9 +83,11 @@ class LocalTransport(Transport):
     def __init__(self, env: Mapping[str, str] | None = None, cwd: str | None = None) -> None:
         self.env = {**os.environ, **(env or {})}
         # what a command that submits a job for someone else runs with (job_env): the cluster's own settings,
-        # a PATH to find the command and the locale, never the rest of this process's environment
+        # a PATH to find the command, where Slurm's configuration is, and the locale; never the rest of this
+        # process's environment
         self.minimal_env = {**{name: value for name, value in os.environ.items()
-                               if name in ("PATH", "LANG", "LANGUAGE") or name.startswith("LC_")}, **(env or {})}
+                               if name in ("PATH", "SLURM_CONF", "LANG", "LANGUAGE") or name.startswith("LC_")},
+                            **(env or {})}
         self.cwd = cwd
 
     def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0,

@@ -172,6 +172,7 @@ class _Popen(subprocess.Popen):
 
 def test_local_transport_hands_the_environment_on_fd3_and_nothing_of_its_own(monkeypatch) -> None:
     monkeypatch.setenv("HPCB_PLANTED", PLANTED)
+    monkeypatch.setenv("SLURM_CONF", "/from/the/operator")  # configuration, kept unless the cluster names one
     monkeypatch.setattr(transport_module.subprocess, "Popen", _Popen)
     _Popen.seen.clear()
     local = LocalTransport({"SLURM_CONF": "/c"})
@@ -184,6 +185,8 @@ def test_local_transport_hands_the_environment_on_fd3_and_nothing_of_its_own(mon
     assert result.stdout.startswith(repr(sent))
     assert " #!/bin/sh\nthe script\n " in result.stdout  # the rest of stdin is the command's, whole
     assert "HPCB_PLANTED" not in result.stdout and "'SLURM_CONF'" in result.stdout
+    assert LocalTransport().minimal_env["SLURM_CONF"] == "/from/the/operator"
+    assert local.minimal_env["SLURM_CONF"] == "/c"
     assert result.argv[0] == sys.executable  # callers see the command they asked for
     (argv, process_env), = _Popen.seen
     assert argv[:3] == ["sh", "-c", JOB_ENV_READER]
