@@ -336,20 +336,38 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from bridge.api.storage import StageSource
-    from bridge.staging.stage import run
+    from bridge.api.names import check_dns1123_label
+    from bridge.api.storage import StageSource, secret_name_problem
+    from bridge.staging.stage import read_env_document, run
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}", args.job_id):
         raise InvalidSpec("--job-id", args.job_id, "a TrainJob uid: letters, digits and '-' (it names a directory)")
+    for flag, value in (("--tenant", args.tenant), ("--namespace", args.namespace)):
+        try:
+            if value is not None:
+                check_dns1123_label(value)
+        except ValueError as exc:
+            raise InvalidSpec(flag, value, str(exc)) from None
+    if args.tenant is not None and args.namespace is None:
+        raise InvalidSpec("--namespace", None, "a tenant's job names its namespace (its secrets are read there)")
+    # the initializers' env: on stdin from a rendered job, so no value is on this command line
+    try:
+        given = read_env_document(sys.stdin.read()) if args.env_stdin else {}
+    except ValueError as exc:
+        raise InvalidSpec("--env-stdin", "<stdin>", str(exc)) from None
     sources = []
     for role in ("dataset", "model"):
         uri = getattr(args, role)
         env = tuple(tuple(item.split("=", 1)) for item in getattr(args, f"{role}_env"))
         if any(len(pair) != 2 for pair in env):
             raise InvalidSpec(f"--{role}-env", getattr(args, f"{role}_env"), "each is NAME=VALUE")
+        secret = getattr(args, f"{role}_secret")
+        if secret is not None and secret_name_problem(secret):
+            raise InvalidSpec(f"--{role}-secret", secret, secret_name_problem(secret) or "")
         if uri:
-            sources.append(StageSource(role, uri, env, getattr(args, f"{role}_secret")))  # type: ignore[arg-type]
-    return run(args.job_id, args.staging_dir, sources, args.secrets_dir)
+            sources.append(StageSource(role, uri, (*env, *given.get(role, ())), secret))  # type: ignore[arg-type]
+    return run(args.job_id, args.staging_dir, sources, args.secrets_dir, tenant=args.tenant,
+               namespace=args.namespace)
 
 
 def cmd_initialize(args: argparse.Namespace) -> int:
@@ -513,7 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-id", required=True, help="the TrainJob's uid: its links go to <staging-dir>/jobs/<uid>/")
     p.add_argument("--staging-dir", required=True, help="the cluster's shared staging directory")
     p.add_argument("--secrets-dir", help="where --*-secret NAME is read, as <dir>/NAME (default "
-                                         "~/.config/hpcbridge/secrets)")
+                                         "~/.config/hpcbridge/secrets; a tenant's: <dir>/<namespace>/NAME)")
+    p.add_argument("--tenant", help="the operator's tenant: stage under <staging-dir>/tenants/<tenant>/, 0700")
+    p.add_argument("--namespace", help="the TrainJob's namespace (with --tenant: where its secrets are)")
+    p.add_argument("--env-stdin", action="store_true",
+                   help='read the initializers\' env as JSON from stdin: {"dataset": [[NAME, VALUE], ...], ...}')
     for role in ("dataset", "model"):
         p.add_argument(f"--{role}", help=f"the {role}'s URI (hf://, s3://, file:// or a path)")
         p.add_argument(f"--{role}-env", action="append", default=[], metavar="NAME=VALUE",

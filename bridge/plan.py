@@ -202,11 +202,20 @@ class StagingPlan:
     #: the cluster's stagingDir (empty on Kubernetes, where the initializer volume holds the data)
     dir: str = ""
     secrets_dir: str | None = None
+    #: the plan's tenant: its cache and job folders are its own, under ``<dir>/tenants/<tenant>``
+    tenant: str | None = None
+
+    @property
+    def root(self) -> str:
+        """The folder of this plan's cache and job folders (the whole stagingDir for the CLI)."""
+        from bridge.staging.phase import job_root
+
+        return job_root(self.dir, self.tenant)
 
     def path(self, uid: str, role: str) -> str:
         """Where the trainer finds *role*'s data: Kubeflow's /workspace/<role> in a pod, else the job's link
         into the shared cache."""
-        return f"{KUBEFLOW_WORKSPACE}/{role}" if not self.dir else f"{self.dir.rstrip('/')}/jobs/{uid}/{role}"
+        return f"{KUBEFLOW_WORKSPACE}/{role}" if not self.dir else f"{self.root}/jobs/{uid}/{role}"
 
 
 #: where Kubeflow's initializers leave the data and its trainer reads it (the ``initializer`` volume)
@@ -297,9 +306,10 @@ class LaunchPlan:
         if not self.image or self.container_runtime == "none":
             return self.command
         # staged data where Kubeflow's trainers look for it: the job's staging directory as /workspace, and the
-        # whole stagingDir at its own path (the job's dataset and model link into its cache)
+        # stagingDir (a tenant's: its own folder of it) at its own path (the job's dataset and model link into
+        # its cache)
         mounts = () if not self.staging or not self.staging.dir else (
-            (self.staging.dir, self.staging.dir), (f"{self.staging.dir.rstrip('/')}/jobs/{self.uid}", KUBEFLOW_WORKSPACE))
+            (self.staging.root, self.staging.root), (f"{self.staging.root}/jobs/{self.uid}", KUBEFLOW_WORKSPACE))
         if self.container_runtime in ("apptainer", "singularity"):
             binds = tuple(arg for host, inside in mounts for arg in ("--bind", f"{host}:{inside}"))
             return (self.container_runtime, "exec", *binds, f"docker://{self.image}", *self.command)
@@ -500,11 +510,12 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     return plan
 
 
-def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeCluster) -> StagingPlan | None:
+def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeCluster,
+             tenant: str | None = None) -> StagingPlan | None:
     """The TrainJob's initializers, checked where the backend will read them: each URI's scheme, and on
     Kubernetes the runtime's initializer job (as Kubeflow's webhook checks it); elsewhere the cluster's shared
     storage. Nothing to stage: None."""
-    from bridge.api.storage import ROLES, parse_storage_uri
+    from bridge.api.storage import ROLES, parse_storage_uri, secret_name_problem
 
     initializer = trainjob.spec.initializer
     kubernetes = cluster.spec.type == "kubernetes"
@@ -535,8 +546,8 @@ def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeC
         if kubernetes:
             _check_initializer_job(template, runtime.name, role, where)
         secret = part.secret_ref.name if part.secret_ref is not None else None
-        if secret is not None and not kubernetes and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}", secret):
-            raise InvalidSpec(f"{where}.secretRef.name", secret, "must be a file name: letters, digits and _ . -")
+        if secret is not None and not kubernetes and secret_name_problem(secret):
+            raise InvalidSpec(f"{where}.secretRef.name", secret, secret_name_problem(secret) or "")
         sources.append(StageSource(role, part.storage_uri, tuple(env), secret))
     if not sources:
         return None
@@ -552,7 +563,7 @@ def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeC
                           f"cluster {cluster.name!r} has no shared storage to stage into: set its spec.stagingDir "
                           "(a directory every node mounts)")
     _check_directive_value(f"cluster {cluster.name}: spec.stagingDir", staging_dir)
-    return StagingPlan(tuple(sources), staging_dir, cluster.spec.secrets_dir)
+    return StagingPlan(tuple(sources), staging_dir, cluster.spec.secrets_dir, tenant)
 
 
 def _runtime_initializer(template: JobSetSpec, role: str):
@@ -1143,21 +1154,49 @@ STAGE_COMMENT = ("# initializers: the dataset and model are staged once, on this
 
 def stage_argv(plan: LaunchPlan) -> tuple[str, ...]:
     """The stage step an HPC backend runs once, on the job's first node, before ``hpcbridge launch``: the
-    initializers' URIs, env and secret names as arguments (secret values are read on the node, never here)."""
+    initializers' URIs and secret names as arguments (secret values are read on the node, never here). Their
+    env values are not on it (a command line is anyone's to read in ps): the step reads
+    :func:`stage_input` on stdin."""
     staging = plan.staging
     assert staging is not None and staging.dir
     launch = plan.launch_command
     argv = [*(launch[:-1] if launch[-1] == "launch" else ("hpcbridge",)), "stage", "--job-id", plan.uid,
             "--staging-dir", staging.dir]
+    if staging.tenant is not None:
+        argv += ["--tenant", staging.tenant, "--namespace", plan.namespace]
     if staging.secrets_dir:
         argv += ["--secrets-dir", staging.secrets_dir]
+    if stage_input(plan) is not None:
+        argv += ["--env-stdin"]
     for source in staging.sources:
         argv += [f"--{source.role}", source.uri]
-        for name, value in source.env:
-            argv += [f"--{source.role}-env", f"{name}={value}"]
         if source.secret:
             argv += [f"--{source.role}-secret", source.secret]
     return tuple(argv)
+
+
+def stage_input(plan: LaunchPlan) -> str | None:
+    """What the stage step reads on stdin: the initializers' env, one line of JSON (ASCII, so no line break
+    or quote of a value can end it); None when they have none."""
+    import json
+
+    assert plan.staging is not None
+    env = {source.role: [list(pair) for pair in source.env] for source in plan.staging.sources if source.env}
+    return json.dumps(env, ensure_ascii=True, separators=(",", ":")) if env else None
+
+
+#: the here-document that gives a batch script's stage step its stdin
+STAGE_INPUT_END = "HPCBRIDGE_STAGE_ENV"
+
+
+def stage_command(plan: LaunchPlan) -> str:
+    """The stage step as a batch script's line: its arguments, and its env as a quoted here-document (data
+    the shell passes on the step's stdin, on no command line)."""
+    from bridge.shell import join
+
+    text = stage_input(plan)
+    line = join(stage_argv(plan))
+    return line if text is None else f"{line} <<'{STAGE_INPUT_END}'\n{text}\n{STAGE_INPUT_END}"
 
 
 #: a batch script's line that gives the job the account's HOME and USER when the backend started it without

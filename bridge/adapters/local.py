@@ -55,6 +55,7 @@ from bridge.plan import (
     job_environment,
     script_env,
     stage_argv,
+    stage_input,
 )
 from bridge.records import state_root
 from bridge.staging.phase import phase_status, read_phase
@@ -188,7 +189,8 @@ def render_layout(plan: LaunchPlan) -> str:
         document["gang"] = gang_note(plan)
     if plan.staging:
         # run first, alone: the groups start only when it succeeded
-        document["stage"] = {"argv": list(stage_argv(plan))}
+        document["stage"] = {"argv": list(stage_argv(plan)),
+                             **({"stdin": stage_input(plan)} if stage_input(plan) is not None else {})}
     return dump_yaml([document])
 
 
@@ -342,11 +344,19 @@ class LocalAdapter(Adapter):
         job ended here, its result written."""
         env = {**base_env, **dict(job_environment(plan))}
         argv = list(stage_argv(plan))
+        given = stage_input(plan)  # the initializers' env, on stdin: never on the command line
         try:
-            proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL if given is None else subprocess.PIPE,
+                                    start_new_session=True)
         except OSError as exc:
             raise BackendRejected("local", f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        if given is not None and proc.stdin is not None:
+            try:
+                with proc.stdin:
+                    proc.stdin.write(given.encode())
+            except BrokenPipeError:
+                pass  # it ended before reading: its exit code says why
         self._record(plan, job, [proc.pid])
         pump = threading.Thread(target=self._pump, args=(proc, job.directory / "stage.log", ""), daemon=True)
         pump.start()
@@ -370,7 +380,7 @@ class LocalAdapter(Adapter):
             status = JobStatus(job.ref, JobState.TIMEOUT, reason="DeadlineExceeded",
                                message="activeDeadlineSeconds passed while the initializers ran")
         else:
-            reason, message = phase_status(read_phase(plan.staging.dir, plan.uid)) or (
+            reason, message = phase_status(read_phase(plan.staging.dir, plan.uid, plan.staging.tenant)) or (
                 "InitializerFailed", f"the stage step exited with code {_shell_code(code)}")
             status = JobStatus(job.ref, JobState.FAILED, exit_code=_shell_code(code), reason=reason, message=message)
         self._finish(job, status)

@@ -8,6 +8,7 @@ data already on the cluster's shared storage, and ``pvc://`` where there are vol
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -65,6 +66,18 @@ def parse_storage_uri(uri: str, role: str = "dataset") -> StorageLocation:
     return StorageLocation(scheme, parts.netloc, "/".join(segments))
 
 
+#: an initializer's secretRef name off Kubernetes: one file name in the secrets folder (a tenant's: its
+#: namespace's folder), never a path
+SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+
+
+def secret_name_problem(name: str) -> str | None:
+    """Why *name* cannot name a secret file, or None."""
+    if not SECRET_NAME.fullmatch(name) or ".." in name:
+        return "must be a file name: letters, digits and _ . - (no '/', no '..')"
+    return None
+
+
 @dataclass(frozen=True)
 class StageSource:
     """One initializer: what the trainer needs before it starts (Kubeflow's ``spec.initializer.<role>``)."""
@@ -74,7 +87,8 @@ class StageSource:
     uri: str
     #: the initializer's own env (Kubeflow's ENDPOINT, ACCESS_KEY_ID, IGNORE_PATTERNS…), in order
     env: tuple[tuple[str, str], ...] = ()
-    #: Kubernetes: a Secret the initializer container reads (envFrom); elsewhere ``<secretsDir>/<name>`` on the node
+    #: Kubernetes: a Secret the initializer container reads (envFrom); elsewhere ``<secretsDir>/<name>`` on the
+    #: node (a tenant's job: ``<secretsDir>/<namespace>/<name>``, its own namespace's only)
     secret: str | None = None
 
     @property

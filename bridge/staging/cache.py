@@ -1,8 +1,10 @@
 """The shared staging cache: one copy of each dataset or model version on the cluster's shared storage.
 
-Layout under ``<stagingDir>/cache/``: ``<key>/`` holds a finished entry (``entry.json`` and ``data/``), where
-*key* hashes the URI, the version the source reported (a Hugging Face commit, the S3 objects' ETags) and what
-was selected from it. A download goes to ``.partial-<key>-<host>-<pid>/`` and becomes ``<key>/`` by one
+Layout under ``<stagingDir>/cache/`` (a tenant's: ``<stagingDir>/tenants/<tenant>/cache/``, see
+bridge.staging.stage): ``<key>/`` holds a finished entry (``entry.json`` and ``data/``), where *key* hashes the
+URI, the version the source reported (a Hugging Face commit, the S3 objects' ETags), what was selected from it,
+where it came from (the endpoint that answered, the bucket or repository) and whose credentials read it (tenant,
+namespace, secret name, key id): a listing one endpoint reports never stands for another endpoint's bytes. A download goes to ``.partial-<key>-<host>-<pid>/`` and becomes ``<key>/`` by one
 rename, so a reader sees a whole entry or none. ``.locks/<key>.lock`` (flock) makes two jobs that start
 together download once: the second waits, then finds the entry. flock works across nodes on NFSv4 and on
 Lustre mounted with ``-o flock``; on a filesystem without it every job downloads its own copy, still atomically.
@@ -17,8 +19,9 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +43,31 @@ class CacheEntry:
         return self.path / "data"
 
 
-def cache_key(uri: str, version: str, selection: object = None) -> str:
-    text = json.dumps([uri, version, selection], sort_keys=True, separators=(",", ":"))
+#: what a key covers, versioned: entries keyed before the origin and scope were in it are never found again
+KEY_FORMAT = 2
+
+
+def cache_key(uri: str, version: str, selection: object = None, origin: Mapping[str, object] | None = None,
+              scope: Mapping[str, object] | None = None) -> str:
+    """The entry's name: *origin* is where the bytes come from (endpoint, bucket or repository), *scope* whose
+    credentials read them; both are in it, since the version alone is whatever that endpoint chose to report."""
+    text = json.dumps({"format": KEY_FORMAT, "uri": uri, "version": version, "selection": selection,
+                       "origin": dict(origin or {}), "scope": dict(scope or {})},
+                      sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def make_private(root: Path) -> None:
+    """Nothing under *root* readable by group or others, whatever the umask and the library that wrote it."""
+    for directory, dirs, names in os.walk(root):
+        for name in (*dirs, *names):
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o077:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
+    info = os.lstat(root)
+    if info.st_mode & 0o077:
+        os.chmod(root, stat.S_IMODE(info.st_mode) & 0o700)
 
 
 def tree_size(root: Path) -> tuple[int, int]:
@@ -56,8 +81,22 @@ def tree_size(root: Path) -> tuple[int, int]:
 
 
 class StageCache:
-    def __init__(self, staging_dir: str | os.PathLike) -> None:
+    def __init__(self, staging_dir: str | os.PathLike, private: bool = False) -> None:
         self.dir = Path(staging_dir) / "cache"
+        #: a tenant's cache: its folders 0700, its files 0600 (the stage step checked the folder above is its own)
+        self.private = private
+
+    def _mkdir(self, path: Path) -> None:
+        if not self.private:
+            path.mkdir(parents=True, exist_ok=True)
+            return
+        for part in (self.dir, *([path] if path != self.dir else [])):
+            try:
+                part.mkdir(mode=0o700)
+            except FileExistsError:
+                pass
+            if part.stat().st_mode & 0o077:
+                part.chmod(0o700)
 
     def _entry(self, key: str) -> CacheEntry | None:
         path = self.dir / key
@@ -81,8 +120,8 @@ class StageCache:
     @contextmanager
     def _lock(self, key: str, blocking: bool = True, on_wait: Callable[[], None] | None = None) -> Iterator[bool]:
         locks = self.dir / ".locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{key}.lock", "a+") as handle:
+        self._mkdir(locks)
+        with open(os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -100,7 +139,8 @@ class StageCache:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def fill(self, key: str, uri: str, version: str, download: Callable[[Path], None],
-             on_wait: Callable[[], None] | None = None) -> tuple[CacheEntry, bool]:
+             on_wait: Callable[[], None] | None = None, origin: Mapping[str, object] | None = None,
+             ) -> tuple[CacheEntry, bool]:
         """The entry for *key*, downloading it with *download(into)* if no job has yet; and whether it was
         already there (a hit, or another job's download that this one waited for)."""
         entry = self.lookup(key)
@@ -113,11 +153,14 @@ class StageCache:
             for stale in self.dir.glob(f".partial-{key}-*"):
                 shutil.rmtree(stale, ignore_errors=True)  # a download that died: the lock says nobody owns it
             partial = self.dir / f".partial-{key}-{socket.gethostname()}-{os.getpid()}"
-            (partial / "data").mkdir(parents=True)
+            (partial / "data").mkdir(parents=True, mode=0o700 if self.private else 0o777)
             try:
                 download(partial / "data")
+                if self.private:
+                    make_private(partial)
                 size, files = tree_size(partial / "data")
-                doc = {"uri": uri, "version": version, "bytes": size, "files": files, "created": time.time()}
+                doc = {"uri": uri, "version": version, "bytes": size, "files": files, "created": time.time(),
+                       **({"origin": dict(origin)} if origin else {})}
                 (partial / "entry.json").write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
                 (partial / "used").touch()
                 os.rename(partial, self.dir / key)

@@ -1,37 +1,69 @@
 """How far a job's stage step got, as its adapter reads it for ``status``: ``<stagingDir>/jobs/<uid>/
-initializer.json``, one JSON line the stage step replaces as it goes (bridge.staging.stage). Kept apart from
-the stage step so adapters read it without importing the sources."""
+initializer.json`` (a tenant's job: ``<stagingDir>/tenants/<tenant>/jobs/<uid>/…``), one JSON line the stage
+step replaces as it goes (bridge.staging.stage). Kept apart from the stage step so adapters read it without
+importing the sources.
+
+The file is in a folder the job itself can write, so its content is the job's word about itself only: which
+job a document is about comes from the path it was read from, never from what it says."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 PHASE_FILE = "initializer.json"
+#: the most of a phase file read: a stage step writes one short line
+MAX_PHASE_BYTES = 16384
+#: the most of a URI or reason a status message repeats from it
+MAX_FIELD = 1024
+#: prints, per path given, one line: the path, a tab, and the file's first bytes with line breaks removed, so
+#: nothing a file holds can start a line that seems to be another path's; a plain file only (not a link to
+#: another file, not a FIFO that would hold up every job's status)
+READ_EACH = (f'for f do printf "%s\\t" "$f"; if [ -f "$f" ] && [ ! -h "$f" ]; then head -c {MAX_PHASE_BYTES} '
+             '-- "$f" 2>/dev/null | tr -d "\\n\\r"; fi; echo; done')
 
 
-def phase_path(staging_dir: str, uid: str) -> str:
-    return f"{staging_dir.rstrip('/')}/jobs/{uid}/{PHASE_FILE}"
+def job_root(staging_dir: str, tenant: str | None = None) -> str:
+    """The folder of a job's links and phase file: a tenant's under ``tenants/<tenant>``, the CLI's at the top."""
+    root = staging_dir.rstrip("/")
+    return root if tenant is None else f"{root}/tenants/{tenant}"
 
 
-def read_phase(staging_dir: str, uid: str) -> dict | None:
+def phase_path(staging_dir: str, uid: str, tenant: str | None = None) -> str:
+    return f"{job_root(staging_dir, tenant)}/jobs/{uid}/{PHASE_FILE}"
+
+
+def read_phase(staging_dir: str, uid: str, tenant: str | None = None) -> dict | None:
     try:
-        return json.loads(Path(phase_path(staging_dir, uid)).read_text(encoding="utf-8"))
+        fd = os.open(phase_path(staging_dir, uid, tenant), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            doc = json.loads(handle.read(MAX_PHASE_BYTES))
     except (OSError, ValueError):
         return None
+    return doc if isinstance(doc, dict) else None
 
 
-def parse_phases(text: str) -> dict[str, dict]:
-    """Phase documents, one JSON line each (``cat`` of several jobs' files through a transport), by uid."""
+def read_each_argv(paths: list[str]) -> list[str]:
+    """One command that prints every file of *paths* as :func:`parse_each` reads it back."""
+    return ["sh", "-c", READ_EACH, "sh", *paths]
+
+
+def parse_each(paths: list[str], text: str) -> dict[str, dict]:
+    """Phase documents by the path they were read from: line *i* of *text* belongs to ``paths[i]``."""
     found = {}
-    for line in text.splitlines():
+    for path, line in zip(paths, text.split("\n"), strict=False):
+        if not line.startswith(path + "\t"):
+            break  # out of step: trust none of the rest
         try:
-            doc = json.loads(line)
+            doc = json.loads(line[len(path) + 1:])
         except ValueError:
             continue
-        if isinstance(doc, dict) and isinstance(doc.get("uid"), str):
-            found[doc["uid"]] = doc
+        if isinstance(doc, dict):
+            found[path] = doc
     return found
 
 
@@ -40,11 +72,12 @@ def phase_status(doc: Mapping | None) -> tuple[str, str] | None:
     if not doc:
         return None
     phase = doc.get("phase")
+    uri = str(doc.get("uri", ""))[:MAX_FIELD]
     if phase in ("dataset", "model"):
-        return "Initializing", f"Initializing ({phase}): {doc.get('uri', '')}"
+        return "Initializing", f"Initializing ({phase}): {uri}"
     if phase == "failed":
-        return "InitializerFailed", (f"the {doc.get('role')} initializer failed for {doc.get('uri')}: "
-                                     f"{doc.get('reason')}")
+        role = doc.get("role") if doc.get("role") in ("dataset", "model") else "an"
+        return "InitializerFailed", f"the {role} initializer failed for {uri}: {str(doc.get('reason'))[:MAX_FIELD]}"
     return None
 
 
@@ -63,12 +96,17 @@ def with_phase(status, doc: Mapping | None):
     return status
 
 
-def with_stage_phases(statuses: dict, staging_dir: str | None, cat: Callable[[list[str]], str]) -> dict:
-    """Running and failed jobs as their stage steps left them: *cat(paths)* prints the phase files that
-    exist (one call for all, through the backend's transport: the stagingDir is on the cluster's storage)."""
-    wanted = [ref for ref, status in statuses.items() if status.state.value in ("Running", "Failed")
-              and ref.uid and all(c.isalnum() or c == "-" for c in ref.uid)]
-    if not staging_dir or not wanted:
+def with_stage_phases(statuses: dict, staging_dir: str | None, run: Callable[[list[str]], str],
+                      tenant: str | None = None) -> dict:
+    """Running and failed jobs as their stage steps left them: *run(argv)* runs one command through the
+    backend's transport (the stagingDir is on the cluster's storage), which prints each job's own phase file
+    (:func:`read_each_argv`); *tenant*: the jobs are that tenant's (its folder, read as its user)."""
+    wanted = {ref: phase_path(staging_dir, ref.uid, tenant) for ref, status in statuses.items()
+              if staging_dir and status.state.value in ("Running", "Failed")
+              and ref.uid and all(c.isalnum() or c == "-" for c in ref.uid)}
+    if not wanted:
         return statuses
-    docs = parse_phases(cat([phase_path(staging_dir, ref.uid) for ref in wanted]))
-    return {ref: with_phase(status, docs.get(ref.uid)) for ref, status in statuses.items()}
+    paths = sorted(set(wanted.values()))
+    docs = parse_each(paths, run(read_each_argv(paths)))
+    return {ref: with_phase(status, docs.get(wanted[ref])) if ref in wanted else status
+            for ref, status in statuses.items()}

@@ -13,7 +13,7 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from bridge.api.storage import StorageLocation
@@ -38,6 +38,9 @@ class Resolved:
     download: Callable[[Path], None]
     #: a path already on shared storage, used in place (file://): nothing to download or cache
     in_place: Path | None = None
+    #: where the bytes come from (the endpoint that answered, the bucket or repository): part of the key, so
+    #: a listing from one endpoint is never taken for another endpoint's content
+    origin: Mapping[str, str] = field(default_factory=dict)
 
 
 def _patterns(settings: Mapping[str, str], default: tuple[str, ...]) -> tuple[str, ...]:
@@ -97,8 +100,9 @@ def _huggingface(location: StorageLocation, role: str, settings: Mapping[str, st
     repo_type = "dataset" if role == "dataset" else "model"
     allow = None if role == "dataset" else list(HF_MODEL_ALLOW)
     ignore = list(_patterns(settings, () if role == "dataset" else HF_MODEL_IGNORE)) or None
+    api = HfApi(endpoint=endpoint, token=token)
     try:
-        info = HfApi(endpoint=endpoint, token=token).repo_info(location.authority, repo_type=repo_type)
+        info = api.repo_info(location.authority, repo_type=repo_type)
     except RepositoryNotFoundError:
         raise StageError(f"no {repo_type} repository {location.authority!r} on the hub "
                          f"({endpoint or 'huggingface.co'})") from None
@@ -119,7 +123,9 @@ def _huggingface(location: StorageLocation, role: str, settings: Mapping[str, st
 
             shutil.rmtree(bookkeeping, ignore_errors=True)
 
-    return Resolved(revision, (repo_type, allow, ignore), download)
+    # the endpoint the client actually asked (HF_ENDPOINT, or the hub's default), not just what was given
+    origin = {"endpoint": str(api.endpoint).rstrip("/"), "repo": location.authority, "type": repo_type}
+    return Resolved(revision, (repo_type, allow, ignore), download, origin=origin)
 
 
 def _s3(location: StorageLocation, role: str, settings: Mapping[str, str]) -> Resolved:
@@ -183,7 +189,10 @@ def _s3(location: StorageLocation, role: str, settings: Mapping[str, str]) -> Re
         except BotoCoreError as exc:
             raise StageError(f"S3 download failed: {_first_line(exc)}") from None
 
-    return Resolved(digest.hexdigest(), ("s3", ignore), download)
+    # the endpoint boto3 resolved (ENDPOINT, AWS_ENDPOINT_URL*, or the region's), not just what was given
+    origin = {"endpoint": str(client.meta.endpoint_url).rstrip("/"), "region": str(client.meta.region_name or ""),
+              "bucket": bucket, "prefix": prefix}
+    return Resolved(digest.hexdigest(), ("s3", ignore), download, origin=origin)
 
 
 _SESSIONS: list = []

@@ -5,6 +5,11 @@ downloaded into it, and linked as ``<stagingDir>/jobs/<uid>/<role>`` (what HPCBR
 HPCBRIDGE_MODEL_DIR name). ``jobs/<uid>/initializer.json`` says how far it got, for ``status``: the role being
 fetched, ``ready``, or ``failed`` with the initializer, its URI and the reason. A failure exits
 :data:`STAGE_FAILED`, so the batch script ends there and the trainer never starts.
+
+A tenant's job (``--tenant``, from the operator) stages under ``<stagingDir>/tenants/<tenant>/``: its own
+``cache/`` and ``jobs/``, in a folder that must be its user's and is kept 0700, everything in it written
+0600/0700 whatever the umask; its secrets are ``<secretsDir>/<namespace>/<name>``, its own namespace's only.
+The initializers' env comes on stdin (``--env-stdin``), never on the command line.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bridge.api.storage import StageSource, parse_storage_uri
+from bridge.api.names import check_dns1123_label
+from bridge.api.storage import ROLES, StageSource, parse_storage_uri, secret_name_problem
 from bridge.staging.cache import StageCache, cache_key
-from bridge.staging.phase import PHASE_FILE
+from bridge.staging.phase import PHASE_FILE, job_root
 from bridge.staging.sources import StageError, resolve
 
 #: the stage step's exit code when an initializer failed
@@ -47,14 +53,55 @@ class Stager:
     staging_dir: Path
     secrets_dir: str = DEFAULT_SECRETS_DIR
     say: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+    #: the operator's tenant this job runs for (None: the CLI's job, today's shared layout)
+    tenant: str | None = None
+    #: the TrainJob's namespace: a tenant's secrets are read from its folder only
+    namespace: str | None = None
     _secrets: set[str] = field(default_factory=set)
 
     @property
+    def root(self) -> Path:
+        return Path(job_root(str(self.staging_dir), self.tenant))
+
+    @property
     def job_dir(self) -> Path:
-        return self.staging_dir / "jobs" / self.uid
+        return self.root / "jobs" / self.uid
+
+    def prepare(self) -> None:
+        """A tenant's folder, made or checked before anything is written: its user's own, 0700. Another
+        tenant could have made it first (``tenants/`` is everyone's, sticky): then it is refused, not used."""
+        if self.tenant is None:
+            return
+        check_dns1123_label(self.tenant)
+        tenants = self.root.parent
+        if not tenants.is_dir():
+            umask = os.umask(0o022)  # the folders above every tenant's: each tenant's user goes through them
+            try:
+                self.staging_dir.mkdir(parents=True, exist_ok=True)
+                tenants.mkdir()
+                tenants.chmod(0o1777)  # each tenant's user makes its own folder; none can move another's
+            except FileExistsError:
+                pass
+            finally:
+                os.umask(umask)
+        try:
+            self.root.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StageError(f"cannot create {self.root}: {exc.strerror} (the cluster admin can create it, owned "
+                             f"by the tenant's user, mode 0700)") from None
+        info = os.lstat(self.root)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise StageError(f"{self.root} is not a folder of this job's user (uid {os.getuid()}): refusing to "
+                             "stage there (the cluster admin should remove it or give it to the tenant's user)")
+        if info.st_mode & 0o077:
+            self.root.chmod(0o700)
+        for part in (self.root / "jobs", self.root / "cache"):
+            part.mkdir(mode=0o700, exist_ok=True)
 
     def phase(self, **doc) -> None:
-        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self.job_dir.mkdir(parents=True, exist_ok=True, mode=0o700 if self.tenant else 0o777)
         tmp = self.job_dir / f".{PHASE_FILE}.{os.getpid()}"
         tmp.write_text(json.dumps({"uid": self.uid, "time": time.time(), **doc}, sort_keys=True) + "\n",
                        encoding="utf-8")
@@ -76,7 +123,16 @@ class Stager:
         return settings
 
     def read_secret(self, name: str) -> dict[str, str]:
-        path = Path(os.path.expanduser(self.secrets_dir)) / name
+        problem = secret_name_problem(name)
+        if problem:
+            raise StageError(f"secret {name!r}: {problem}")
+        folder = Path(os.path.expanduser(self.secrets_dir))
+        if self.tenant is not None:
+            # a tenant's job reads its own namespace's secrets, never another's nor the folder's top
+            if not self.namespace:
+                raise StageError(f"secret {name!r}: a tenant's job needs its namespace to find its secrets")
+            folder = folder / check_dns1123_label(self.namespace)
+        path = folder / name
         try:
             info = path.stat()
             text = path.read_text(encoding="utf-8")
@@ -103,7 +159,7 @@ class Stager:
 
     def stage(self, sources: Sequence[StageSource]) -> list[Outcome]:
         outcomes = []
-        cache = StageCache(self.staging_dir)
+        cache = StageCache(self.root, private=self.tenant is not None)
         for source in sources:
             self.phase(phase=source.role, uri=source.uri)
             started = time.monotonic()
@@ -114,15 +170,23 @@ class Stager:
             if resolved.in_place is not None:
                 target, hit, size = resolved.in_place, True, 0
             else:
-                key = cache_key(source.uri, resolved.version, resolved.selection)
+                key = cache_key(source.uri, resolved.version, resolved.selection, resolved.origin,
+                                self.scope(source, settings))
                 entry, hit = cache.fill(key, source.uri, resolved.version, resolved.download, on_wait=lambda s=source:
-                                        self.say(f"hpcbridge: {s.role}: another job is downloading {s.uri}; waiting"))
+                                        self.say(f"hpcbridge: {s.role}: another job is downloading {s.uri}; waiting"),
+                                        origin=resolved.origin)
                 target, size = entry.data, entry.bytes
             _link(link, target)
             outcome = Outcome(source.role, source.uri, str(link), hit, size, time.monotonic() - started)
             outcomes.append(outcome)
             self.say(f"hpcbridge: {source.role} {source.uri}: " + _describe(outcome, resolved.in_place is not None))
         return outcomes
+
+    def scope(self, source: StageSource, settings: Mapping[str, str]) -> dict[str, str | None]:
+        """Whose credentials read a source, for its cache key: the tenant, its namespace, the secret's name and
+        the S3 key id (never a secret value)."""
+        return {"tenant": self.tenant, "namespace": self.namespace if self.tenant else None,
+                "secret": source.secret, "keyId": settings.get("ACCESS_KEY_ID") or None}
 
 
 def _describe(outcome: Outcome, in_place: bool) -> str:
@@ -143,12 +207,17 @@ def _link(link: Path, target: Path) -> None:
 
 
 def run(uid: str, staging_dir: str, sources: Sequence[StageSource], secrets_dir: str | None = None,
-        say: Callable[[str], None] | None = None) -> int:
+        say: Callable[[str], None] | None = None, tenant: str | None = None, namespace: str | None = None) -> int:
     """The stage step's body: 0 when every source is staged, STAGE_FAILED (the reason said and recorded)."""
     stager = Stager(uid, Path(staging_dir), secrets_dir or DEFAULT_SECRETS_DIR,
-                    **({"say": say} if say is not None else {}))
+                    **({"say": say} if say is not None else {}), tenant=tenant, namespace=namespace)
     current = sources[0] if sources else StageSource("dataset", "")
+    # a tenant's files are its own whatever umask the job inherited (the libraries that download follow it)
+    umask = os.umask(0o077) if tenant is not None else None
+    prepared = False
     try:
+        stager.prepare()
+        prepared = True
         for current in sources:
             stager.stage([current])
         stager.phase(phase="ready")
@@ -156,9 +225,28 @@ def run(uid: str, staging_dir: str, sources: Sequence[StageSource], secrets_dir:
     except (StageError, ValueError, OSError) as exc:
         reason = stager.scrub(f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror
                               else str(exc))
-        stager.phase(phase="failed", role=current.role, uri=current.uri, reason=reason)
+        if prepared:  # else the folder itself is what failed (perhaps not ours): only the job's log says why
+            stager.phase(phase="failed", role=current.role, uri=current.uri, reason=reason)
         stager.say(f"hpcbridge: {current.role} initializer failed for {current.uri}: {reason}")
         return STAGE_FAILED
+    finally:
+        if umask is not None:
+            os.umask(umask)
+
+
+def read_env_document(text: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The initializers' env as the stage step gets it on stdin: ``{"dataset": [[NAME, VALUE], …], "model": …}``
+    (see bridge.plan.stage_input). ValueError when it is not that."""
+    doc = json.loads(text) if text.strip() else {}
+    if not isinstance(doc, dict) or not set(doc) <= set(ROLES):
+        raise ValueError("a JSON object with 'dataset' and/or 'model'")
+    found = {}
+    for role, pairs in doc.items():
+        if not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+            raise ValueError(f"{role}: a list of [NAME, VALUE] pairs")
+        found[role] = tuple((name, value) for name, value in pairs)
+    return found
 
 
 def initialize(role: str, into: str | None = None, env: Mapping[str, str] | None = None,

@@ -8,7 +8,8 @@ the stage step into the cluster's shared stagingDir on the local cluster, real S
 - two jobs started together download once (the cache's lock);
 - a bad URI fails the job, naming the initializer and the URI, and the trainer never runs;
 - while a slow model downloads, status says "Initializing (model)";
-- the S3 secret appears in no artifact, log, status or state file.
+- the S3 secret appears in no artifact, log, status or state file;
+- the same URI from another S3 endpoint is downloaded from there, never taken from the first one's entry.
 """
 
 from __future__ import annotations
@@ -56,9 +57,15 @@ print(f"trainer read {len(rows)} examples, {(data / 'extra' / 'notes.txt').read_
 def s3(tmp_path_factory) -> S3Server:
     pytest.importorskip("boto3", reason="boto3 is not installed (scripts/setup.sh --all installs it)")
     server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    _fill(server, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+def _fill(server: S3Server, tmp_path_factory) -> None:
     client = server.client()
     client.create_bucket(Bucket=BUCKET)
-    for prefix in ("alpaca/v1", "alpaca/together"):
+    for prefix in ("alpaca/v1", "alpaca/together", "alpaca/endpoints"):
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/train.jsonl", Body="".join(EXAMPLES).encode())
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/extra/notes.txt", Body=b"notes ok")
     # what fetching one object costs in the server's GET count, as boto3's download_file fetches it (its HEAD
@@ -68,6 +75,15 @@ def s3(tmp_path_factory) -> S3Server:
     client.download_file(BUCKET, "probe/one", str(tmp_path_factory.mktemp("probe") / "one"))
     server.per_object = server.requests("GET", BUCKET) - before
     assert server.per_object > 0
+
+
+@pytest.fixture(scope="module")
+def s3_other(tmp_path_factory) -> S3Server:
+    """Another S3 server holding the same bucket, keys and bytes (so the same listing): someone else's endpoint
+    answering for the same URI."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (scripts/setup.sh --all installs it)")
+    server = S3Server(tmp_path_factory.mktemp("s3-other")).start()
+    _fill(server, tmp_path_factory)
     yield server
     server.stop()
 
@@ -233,3 +249,21 @@ def test_the_secret_appears_in_no_artifact_log_status_or_state(engine, cluster, 
             if path.is_file() and path.parent.name != "secrets":
                 assert SECRET_KEY.encode() not in path.read_bytes(), path
                 assert hub.token.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_the_same_uri_from_another_endpoint_is_downloaded_from_there(engine, cluster, s3, s3_other, hub,
+                                                                     tmp_path) -> None:
+    """Two endpoints report the same listing for one URI: the job that names the second endpoint reads that
+    endpoint, not the first one's cache entry (an endpoint can report any listing it likes)."""
+    uri = "s3://datasets/alpaca/endpoints"
+    _prepared, status, text = run(cluster, trainjob("endpoint-one", tmp_path, s3, hub, dataset=uri))
+    assert status.state == JobState.SUCCEEDED, text
+    gets = s3_other.requests("GET", BUCKET)
+    _prepared, status, text = run(cluster, trainjob("endpoint-two", tmp_path, s3_other, hub, dataset=uri))
+    assert status.state == JobState.SUCCEEDED and "trainer read 40 examples" in text, text
+    assert s3_other.requests("GET", BUCKET) - gets == 2 * s3_other.per_object, text  # from its own endpoint
+    origins = sorted(entry["key"] for entry in service.cache_entries(cluster.spec.staging_dir)
+                     if entry["uri"] == uri)
+    assert len(origins) == 2
+

@@ -3,6 +3,7 @@ and atomicity, secrets. The sources against real servers are in tests/integratio
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
@@ -14,7 +15,7 @@ from bridge.api.cluster import BridgeCluster
 from bridge.api.loader import load_documents
 from bridge.api.storage import StageSource, parse_storage_uri
 from bridge.errors import InvalidSpec
-from bridge.plan import find_runtime, resolve, stage_argv
+from bridge.plan import find_runtime, resolve, stage_argv, stage_input
 from bridge.staging.cache import StageCache, cache_key
 from bridge.staging.phase import phase_status, read_phase
 from bridge.staging.sources import StageError, _safe_relative
@@ -119,7 +120,9 @@ def test_the_stage_step_gets_names_never_secret_values() -> None:
     argv = stage_argv(plan)
     assert argv[:2] == ("hpcbridge", "stage")
     assert ("--dataset-secret", "s3-creds") == argv[argv.index("--dataset-secret"):argv.index("--dataset-secret") + 2]
-    assert "--secrets-dir" in argv and "--dataset-env" in argv
+    assert "--secrets-dir" in argv and "--env-stdin" in argv and "--dataset-env" not in argv
+    assert not any("http://s3:8333" in arg for arg in argv)  # env values go on stdin, never on the command line
+    assert json.loads(stage_input(plan)) == {"dataset": [["ENDPOINT", "http://s3:8333"]]}
     env = dict((name, value) for name, value in __import__("bridge.plan").plan.job_environment(plan))
     assert env["HPCBRIDGE_DATASET_DIR"] == f"/shared/stage/jobs/{plan.uid}/dataset"
 

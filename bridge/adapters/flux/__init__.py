@@ -167,7 +167,7 @@ class FluxAdapter(Adapter):
             job = found.get(ref.job_id)
             statuses[ref] = status_from_json(ref, job) if job else JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
         return with_stage_phases(statuses, self.cluster.spec.staging_dir,
-                                 lambda paths: self.transport.run(["cat", *paths], timeout=30).stdout)
+                                 lambda argv: self.transport.run(argv, timeout=30).stdout)
 
     def changes(self) -> Iterator[str | None]:
         """The job manager's event journal (``job-manager.events-journal``): a job's id when it starts, ends or

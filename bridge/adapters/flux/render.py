@@ -24,7 +24,7 @@ from bridge.plan import (
     gang_note,
     job_environment,
     script_env,
-    stage_argv,
+    stage_command,
 )
 from bridge.shell import comment, join, quote
 
@@ -59,7 +59,7 @@ def batch_script(plan: LaunchPlan) -> str:
         *(f"export {entry.name}={quote(entry.value or '')}" for entry in plan.env),
         # here, not in the jobspec's environment: the subinstance's broker drops SLURM_* from what it inherits
         *(f"export {name}={quote(value)}" for name, value in script_env(plan).items()),
-        *((STAGE_COMMENT, join(stage_argv(plan))) if plan.staging else ()),
+        *((STAGE_COMMENT, stage_command(plan)) if plan.staging else ()),
         f"exec flux run {' '.join(node_task)} {launch}" if per_node else f"exec {launch}",
     ]
     return "\n".join(lines) + "\n"

@@ -266,9 +266,9 @@ class SlurmAdapter(Adapter):
             return statuses  # no shell on the cluster to read the phase files with
         from bridge.staging.phase import with_stage_phases
 
-        # a job without initializers has no phase file: cat says so on stderr, and prints the others
+        # one command prints every job's phase file, each on its own line (a job without initializers: empty)
         return with_stage_phases(statuses, self.cluster.spec.staging_dir,
-                                 lambda paths: self.transport.run(["cat", *paths], timeout=30).stdout)
+                                 lambda argv: self.transport.run(argv, timeout=30).stdout)
 
     def _squeue(self, job_ids: list[str]) -> list[SlurmRecord]:
         if self.rest is not None:

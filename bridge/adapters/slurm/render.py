@@ -25,7 +25,7 @@ from bridge.plan import (
     check_shell_env,
     gang_note,
     job_environment,
-    stage_argv,
+    stage_command,
 )
 from bridge.shell import comment, join, quote
 
@@ -271,7 +271,7 @@ def render_script(plan: LaunchPlan) -> str:
         lines.append(f"export {name}={quote(value)}")
     if plan.staging:
         lines.append(STAGE_COMMENT)
-        lines.append(join(stage_argv(plan)))
+        lines.append(stage_command(plan))
     if plan.launcher == Launcher.SCRIPT:
         # a converted batch script: its body is the job, exactly as sbatch would run it
         lines.append(f"exec {join(plan.exec_argv)}")
