@@ -85,7 +85,9 @@ def test_auto_follows_free_capacity_and_explains_it(config, tmp_path, slurm_clus
 
     # the partition is busy: Slurm says the job would wait; two Kubernetes nodes join partition long and win
     env = {**os.environ, "SLURM_CONF": str(slurm_cluster.conf)}
-    blocker = subprocess.run(["sbatch", "--parsable", "-p", "long", "-N", "2", "--exclusive", "--wrap", "sleep 300"],
+    # -o /dev/null: without it Slurm writes slurm-<id>.out into the directory pytest runs in (the repository root)
+    blocker = subprocess.run(["sbatch", "--parsable", "-p", "long", "-N", "2", "--exclusive", "-o", "/dev/null",
+                              "--wrap", "sleep 300"],
                              capture_output=True, text=True, env=env, check=True).stdout.strip()
     core = client.CoreV1Api(kube_api)
     labelled = ["kwok-node-0", "kwok-node-1"]
