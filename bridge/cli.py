@@ -1,4 +1,4 @@
-"""``hpcbridge``: the command line (DESIGN §8).
+"""``hpcbridge``: the command line, a front end that parses arguments and calls bridge.service.
 
 Start-up stays fast: only the api, plan and the chosen adapter are imported; Kubernetes, kopf, paramiko
 and flux load inside the adapters that talk to them. argparse rather than typer: typer's import alone

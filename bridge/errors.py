@@ -1,4 +1,4 @@
-"""The typed error hierarchy every layer raises (DESIGN §4).
+"""The typed error hierarchy every layer raises.
 
 Callers decide what to do from the type alone: ``InvalidSpec`` is the user's to fix (exit 2, never
 retried), ``BackendUnavailable`` is transient (retry with backoff), ``BackendRejected`` is the

@@ -1,6 +1,6 @@
 """TrainJob + runtime + cluster → LaunchPlan, the backend-neutral description every adapter renders.
 
-All defaulting and merging happens here, once (DESIGN §4): Kubeflow's precedence rules for the trainer
+All defaulting and merging happens here, once, so no two adapters can disagree about it: Kubeflow's precedence rules for the trainer
 fields, the runtime patches, the ``hpcbridge.io/*`` annotations and the cluster's defaults. Adapters only
 translate a finished plan.
 """

@@ -64,7 +64,7 @@ def format_loc(loc: Iterable[Any]) -> str:
 
 
 #: fields older Kubeflow Trainer releases (and their docs) had, with what replaced them: a bare "unknown
-#: field" would send the user searching (reference: shared/reference/kubeflow-trainer-api.md, releases table)
+#: field" would send the user searching (each message names the release that made the change)
 STALE_FIELDS: dict[str, str] = {
     "spec.mlPolicy.torch.numProcPerNode": "removed in Trainer v2.2: give spec.trainer.numProcPerNode on the "
                                           "TrainJob (an integer; left out, torch runs one process per GPU, else "

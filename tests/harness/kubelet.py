@@ -3,7 +3,7 @@ namespace, plus CoreDNS, on top of the control plane of tests/harness/kube.py.
 
 Why: kwok nodes run no process, so they prove scheduling, never execution. Here a JobSet's pods really start
 `hpcbridge launch` from this checkout (tests/harness/node_image.py), talk over the pod network and end with the
-command's exit code. Facts behind the settings: /work/shared/infra/kubernetes-real-nodes.md.
+command's exit code. Why each setting is needed is said where it is made, below.
 
 Layout (defaults, 2 nodes):
 

@@ -2,7 +2,7 @@
 
 Why: multi-host code (hostfiles, ssh launchers, Open MPI / MPICH across nodes, later one slurmd per node)
 must be tested against hosts that really differ in hostname, IP and node-local scratch, with real sshd and
-pinned host keys -- not against N processes on localhost. The recipe is /work/shared/infra/slurm-and-mpi.md §6.
+pinned host keys -- not against N processes on localhost.
 
 Layout (defaults): bridge ``br-hpcb`` with 10.77.0.1/24 in the root namespace; host ``node-i`` is the netns
 ``br-hpcb-node-i`` at 10.77.0.(10+i), joined by the veth ``br-hpcb-vi`` (its ``eth0`` inside). Each host has

@@ -1,6 +1,6 @@
 """A real Slurm 22.05 cluster for tests: slurmctld and several slurmd on this machine, state in a temp dir.
 
-Variant a of ../shared/infra/slurm-and-mpi.md: N ``slurmd -N nodeX`` on localhost, each on its own port,
+N ``slurmd -N nodeX`` on localhost (one machine, no network namespaces), each on its own port,
 with 2 CPUs, 2000 MB and two (fake-device) GPUs per node. No accounting; finished jobs are in the
 job-completion log. Everything is stopped by PID.
 """

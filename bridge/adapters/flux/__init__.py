@@ -1,4 +1,4 @@
-"""Flux backend (DESIGN §5): jobspec v1 submitted with ``flux job submit``, followed through the broker.
+"""Flux backend: jobspec v1 submitted with ``flux job submit``, followed through the broker.
 
 Two transports (bridge.adapters.flux.client): the ``flux`` command, here or on a login host over SSH, which
 drives a broker of any version, and flux-python for a matching release. State comes from one ``flux jobs --json`` call per poll;

@@ -1,4 +1,4 @@
-"""Kubernetes backend: JobSets in Kubeflow's conventions (DESIGN §5). The client is imported only to talk.
+"""Kubernetes backend: JobSets in Kubeflow's conventions. The client is imported only to talk.
 
 A job is ``namespace/name``; every object it creates carries the TrainJob uid as a label, so submit is
 idempotent and one list call per namespace serves a whole poll.

@@ -1,4 +1,4 @@
-"""Slurm backend (DESIGN §5): batch scripts sent with sbatch, followed with one squeue per poll.
+"""Slurm backend: batch scripts sent with sbatch, followed with one squeue per poll.
 
 Jobs that have left squeue are looked up in accounting (sacct) or, on clusters without slurmdbd, in the
 job-completion log (sacct -c): a finished job is never reported as lost.
