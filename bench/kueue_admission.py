@@ -65,6 +65,7 @@ def main() -> int:
         custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
             "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "slurm"},
             "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm.conf)},
+                     "allowedNamespaces": ["default"],
                      "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
         custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "queued"},

@@ -62,6 +62,7 @@ class Setup:
         self.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
             "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "slurm"},
             "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(self.slurm.conf)},
+                     "allowedNamespaces": ["bench"],
                      "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
         self.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "plain"},

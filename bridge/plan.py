@@ -19,7 +19,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bridge.api.cluster import CONSTRAINT, DIRECTIVE_SAFE, PRIVILEGED_OPTIONS, SLURM_NAME, BridgeCluster
+from bridge import tenancy
+from bridge.api.cluster import (
+    CONSTRAINT,
+    DIRECTIVE_SAFE,
+    PRIVILEGED_OPTIONS,
+    SLURM_NAME,
+    BridgeCluster,
+    Tenant,
+)
 from bridge.api.k8s import Container, EnvVar, JobSetSpec, ReplicatedJob, ResourceRequirements
 from bridge.api.loader import invalid_from_validation
 from bridge.api.names import (
@@ -383,13 +391,15 @@ def select_cluster(trainjob: TrainJob, runtime, clusters: Mapping[str, BridgeClu
     return clusters[name]
 
 
-def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster) -> LaunchPlan:
-    """Decide everything about running *trainjob* on *cluster*."""
+def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster,
+            tenant: Tenant | None = None) -> LaunchPlan:
+    """Decide everything about running *trainjob* on *cluster*; for *tenant* (the operator's), only within
+    what its mapping allows."""
     if trainjob.spec.managed_by not in (None, MANAGED_BY_BRIDGE) and cluster.spec.type != "kubernetes":
         raise InvalidSpec("spec.managedBy", trainjob.spec.managed_by,
                           f"this TrainJob is managed by another controller; set it to {MANAGED_BY_BRIDGE} or omit it")
     namespace = trainjob.namespace
-    if not cluster.spec.allows_namespace(namespace):
+    if tenant is None and not cluster.spec.allows_namespace(namespace):
         raise InvalidSpec("metadata.namespace", namespace, f"cluster {cluster.name!r} does not accept this namespace")
 
     policy = runtime.spec.ml_policy
@@ -430,7 +440,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     _check_bounds(cluster, nodes, nodes_field, procs, trainjob.spec.active_deadline_seconds)
 
     annotations = dict(trainjob.metadata.annotations or {})
-    options = _backend_options(annotations, cluster, namespace)
+    options = _backend_options(annotations, cluster, namespace, tenant)
     _check_privileged(options, cluster)
     workdir = annotations.get(f"{ANNOTATION_PREFIX}workdir") or container.working_dir or cluster.spec.defaults.workdir
     if workdir is not None and not workdir:
@@ -448,7 +458,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     notes = () if cluster.spec.type == "kubernetes" else \
         _unhonoured(trainjob, runtime, template, trainer_job, container, image, cluster)
     queue = _queue(trainjob, cluster)
-    staging = _staging(trainjob, runtime, template, cluster)
+    staging = _staging(trainjob, runtime, template, cluster, tenant.name if tenant is not None else None)
     uid = derive_uid(trainjob)
     if cluster.spec.type != "kubernetes" and spec_trainer is not None and spec_trainer.command is not None \
             and tuple(command) == TORCHTUNE_ENTRYPOINT:
@@ -505,6 +515,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         pod_group=pod_group,
         queue=queue,
         staging=staging,
+        tenant=tenant.name if tenant is not None else None,
     )
     check_identity(plan)
     return plan
@@ -981,7 +992,8 @@ _KNOBS = ("partition", "account", "qos", "constraint", "exclusive", "array", "de
 SLURM_GPU_OPTIONS = ("gres", "gpus", "gpus-per-node")
 
 
-def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str) -> BackendOptions:
+def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str,
+                     tenant: Tenant | None = None) -> BackendOptions:
     values: dict[str, Any] = {}
     extra: list[tuple[str, str]] = []
     for key, value in sorted(annotations.items()):
@@ -998,6 +1010,8 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
                 raise InvalidSpec(where, option, "not an sbatch long option name")
             _check_directive_value(where, value)
             check_passthrough(option, value, where)
+            if tenant is not None:
+                tenancy.check_passthrough(option, value, tenant)
             extra.append((option, value))
             continue
         if knob not in _KNOBS:
@@ -1042,10 +1056,19 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
         values[knob.replace("-", "_")] = value
     defaults = cluster.spec.defaults
     account = values.get("account") or (cluster.spec.account_mapping or {}).get(namespace) or defaults.account
+    partition, qos = values.get("partition") or defaults.partition, values.get("qos") or defaults.qos
+    if tenant is not None:
+        # a tenant's annotations are requests: within its mapping, never over the cluster's accountMapping
+        account = tenancy.choose("account", values.get("account"), tenant.accounts,
+                                 (cluster.spec.account_mapping or {}).get(namespace) or defaults.account, tenant,
+                                 cluster)
+        partition = tenancy.choose("partition", values.get("partition"), tenant.partitions, defaults.partition,
+                                   tenant, cluster)
+        qos = tenancy.choose("qos", values.get("qos"), tenant.qos, defaults.qos, tenant, cluster)
     return BackendOptions(
-        partition=values.get("partition") or defaults.partition,
+        partition=partition,
         account=account,
-        qos=values.get("qos") or defaults.qos,
+        qos=qos,
         constraint=values.get("constraint") or defaults.constraint,
         exclusive=values.get("exclusive") == "true",
         array=values.get("array"),
@@ -1237,7 +1260,8 @@ def check_shell_env(plan: LaunchPlan) -> None:
             raise InvalidSpec(f"env {entry.name!r}.valueFrom", dict(entry.value_from),
                               f"valueFrom is only available on Kubernetes clusters, not {plan.backend}")
         if entry.value is not None and "\x00" in entry.value:
-            raise InvalidSpec(f"env {entry.name!r}.value", entry.value, "contains a NUL byte")
+            # the value itself stays out of the message: it may be a secret, and refusals become Events
+            raise InvalidSpec(f"env {entry.name!r}.value", None, "contains a NUL byte (value not shown)")
 
 
 #: Kubeflow's torchtune entrypoint: a TrainJob whose command is exactly this gets its recipe arguments added

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from bridge.api.loader import Resource
     from bridge.api.trainjob import TrainJob
     from bridge.plan import BatchScript, LaunchPlan
+    from bridge.tenancy import Request as TenantRequest
 
 T = TypeVar("T")
 
@@ -292,10 +293,13 @@ class Prepared:
 
 def prepare(source: Input, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
             configured: Mapping[str, BridgeCluster] | None = None, default_cluster: str = "local",
-            adapter_for: Callable[[BridgeCluster], Adapter] | None = None) -> Prepared:
+            adapter_for: Callable[[BridgeCluster], Adapter] | None = None,
+            tenancy: TenantRequest | None = None) -> Prepared:
     """Input → plan → artifact for the chosen cluster (or backend type, with *to*); nothing is sent. A TrainJob
     whose annotations and runtime name no cluster goes to *default_cluster*. *adapter_for* gives the adapter of
-    a cluster (the operator: one per cluster, kept open); by default a new one."""
+    a cluster (the operator: one per cluster and tenant, kept open); by default a new one. With *tenancy* (the
+    operator) the TrainJob runs as the tenant its namespace maps to on the chosen cluster, within that tenant's
+    mapping, or is refused."""
     from bridge.api.catalog import all_runtimes
     from bridge.api.cluster import BridgeCluster
     from bridge.placement import AUTO
@@ -324,20 +328,27 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
             from bridge import placement
 
             chosen, judged = placement.place(
-                available, lambda target: _prepare_for(target, trainjob, runtime, source, adapter_for))
+                available, lambda target: _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy))
             return replace(chosen, notes=(*placement.notes(judged), *chosen.notes))
         target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster)
-    return _prepare_for(target, trainjob, runtime, source, adapter_for)
+    return _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy)
 
 
 def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
-                 adapter_for: Callable[[BridgeCluster], Adapter] | None) -> Prepared:
+                 adapter_for: Callable[[BridgeCluster], Adapter] | None,
+                 tenancy: TenantRequest | None = None) -> Prepared:
     from bridge.plan import ANNOTATION_PREFIX, resolve
 
+    tenant = None
+    if tenancy is not None:
+        from bridge import tenancy as tenants
+
+        tenant = tenants.tenant_for(target, tenancy)
+        target = tenants.as_tenant(target, tenant)
     if target.spec.type != "kubernetes":
         trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")
     adapter = (adapter_for or get_adapter)(target)
-    plan = resolve(trainjob, runtime, adapter.cluster)
+    plan = resolve(trainjob, runtime, adapter.cluster, tenant)
     notes = source.notes
     script = source.script
     if script is not None:
@@ -622,6 +633,24 @@ def job_ref(adapter: Adapter, job_id: str, uid: str, name: str, namespace: str) 
     return adapter.ref(job_id, Identity(uid, name, namespace))
 
 
+def tenant_adapter(cluster: BridgeCluster, request: TenantRequest,
+                   adapter_for: Callable[[BridgeCluster], Adapter] | None = None) -> Adapter:
+    """The adapter that acts for the tenant *request*'s namespace maps to on *cluster* (its identity, its
+    credentials); InvalidSpec when the cluster maps no tenant to it."""
+    from bridge import tenancy
+
+    return (adapter_for or get_adapter)(tenancy.as_tenant(cluster, tenancy.tenant_for(cluster, request)))
+
+
+def owned_job(adapter: Adapter, uid: str, name: str, namespace: str, retry: Retry = NO_RETRY) -> JobStatus | None:
+    """The job the backend holds for the TrainJob *uid*, looked up on the backend by that uid as the adapter's
+    identity (a tenant's adapter sees only its own user's jobs): never an id someone wrote on the TrainJob.
+    None when the backend has no job for it."""
+    from bridge.adapters.base import Identity
+
+    return retry.call(lambda: adapter.find([Identity(uid, name, namespace)])).get(uid)
+
+
 def status(adapter: Adapter, job_ids: Sequence[str], retry: Retry = NO_RETRY) -> list[JobStatus]:
     refs = job_refs(adapter, job_ids)
     found = retry.call(lambda: adapter.poll(refs))
@@ -677,6 +706,15 @@ def cancel(adapter: Adapter, job_ids: Sequence[str], signal: str | None = None, 
         raise InvalidSpec("--grace", grace_seconds, "must not be negative")
     for ref in job_refs(adapter, job_ids):
         retry.call(lambda ref=ref: adapter.cancel(ref, signal=name, grace_seconds=grace_seconds))
+
+
+def cancel_ref(adapter: Adapter, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None,
+               retry: Retry = NO_RETRY) -> None:
+    """Cancel one job the caller found (``owned_job``), with the signal and grace of ``cancel``."""
+    from bridge.adapters.base import signal_name
+
+    name = signal_name(signal)
+    retry.call(lambda: adapter.cancel(ref, signal=name, grace_seconds=grace_seconds))
 
 
 #: where a migrated job finds the checkpoint to resume from, and the annotation that declares it

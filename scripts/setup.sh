@@ -15,7 +15,7 @@ apt_packages=(openmpi-bin libopenmpi-dev python3-venv)
 if [ "$all" = 1 ]; then
   apt_packages+=(mpich libmpich-dev openssh-server openssh-client iproute2 util-linux procps
                  slurm-wlm slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin
-                 containerd runc containernetworking-plugins debootstrap)
+                 containerd runc containernetworking-plugins debootstrap sudo)
 fi
 
 missing=()

@@ -12,6 +12,7 @@ what was submitted live one layer up (``bridge.service``), never in a front end.
 
 from __future__ import annotations
 
+import re
 import signal as _signal
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -266,8 +267,19 @@ class Adapter(ABC):
 
     def ref(self, job_id: str, identity: Identity | None = None) -> JobRef:
         """A reference to a job known by its backend id (and, where recorded, its identity)."""
+        self.check_job_id(job_id)
         return JobRef(self.cluster.name, self.backend, job_id, identity.uid if identity else "",
                       identity.name if identity else "")
+
+    #: what this backend's job ids look like; an id that doesn't match never reaches a command or a URL
+    job_id_pattern: re.Pattern[str] | None = None
+
+    def check_job_id(self, job_id: str) -> str:
+        """*job_id* if it is one of this backend's ids, else InvalidSpec: an id reaches command lines and URLs,
+        where '--me' or '../x' would mean something else."""
+        if self.job_id_pattern is not None and not self.job_id_pattern.fullmatch(job_id):
+            raise InvalidSpec("job id", job_id, f"not a {self.backend} job id")
+        return job_id
 
     def close(self) -> None:  # noqa: B027 - adapters without connections keep this no-op
         """Release connections (the adapter may be used again afterwards)."""

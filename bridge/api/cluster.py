@@ -297,14 +297,108 @@ class ClusterDefaults(WireModel):
         return argv
 
 
+class TenantCredentials(WireModel):
+    """A tenant's own credentials, from Secrets in the operator's namespace (never the tenant's)."""
+
+    #: ssh transport: the private key that logs in as the tenant's user
+    key_secret_ref: SecretKeyRef | None = None
+    #: rest transport: a JWT of the tenant's user; without it the cluster's token (the SlurmUser's) acts for
+    #: the tenant's user, which slurmrestd allows only to SlurmUser and root
+    token_secret_ref: SecretKeyRef | None = None
+
+
+class NamespaceSelector(WireModel):
+    """Namespaces by their labels (labels tenants cannot set: a Namespace is the cluster admin's)."""
+
+    match_labels: dict[str, str] = Field(min_length=1, max_length=32)
+
+    @field_validator("match_labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            prefix, _, name = key.rpartition("/")
+            if prefix:
+                check_dns1123_subdomain(prefix)
+            if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name):
+                raise ValueError(f"label key {key!r} is not a Kubernetes label name")
+            check_label_value(value)
+        return labels
+
+
+SlurmName = Annotated[str, Field(pattern=SLURM_NAME.pattern)]
+
+
+class Tenant(WireModel):
+    """Who a set of namespaces is on this cluster: one HPC identity, and what it may ask for.
+
+    The operator runs a namespace's TrainJobs only through the tenant that maps it; a namespace no tenant maps
+    is refused. Accounts, partitions and QOS: the first is the default, a TrainJob may pick another listed one,
+    nothing else; an empty list leaves the cluster's default and no choice."""
+
+    name: str
+    namespaces: list[str] = Field(default_factory=list, max_length=1024)
+    namespace_selector: NamespaceSelector | None = None
+    #: slurm and flux: the Unix user the tenant's jobs run as (and every command for them runs as). Unset: the
+    #: cluster's own connection identity, which the admin thereby shares with the tenant on purpose
+    user: str | None = None
+    accounts: list[SlurmName] = Field(default_factory=list, max_length=256)
+    partitions: list[SlurmName] = Field(default_factory=list, max_length=256)
+    qos: list[SlurmName] = Field(default_factory=list, max_length=256)
+    credentials: TenantCredentials | None = None
+    #: kubernetes: the namespace the tenant's JobSets are created in (default: the TrainJob's own)
+    target_namespace: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return check_dns1123_label(name)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, namespaces: list[str]) -> list[str]:
+        for namespace in namespaces:
+            check_dns1123_label(namespace)
+        return namespaces
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, user: str | None) -> str | None:
+        if user is not None:
+            check_user_name(user)
+            if user == "root":
+                raise ValueError("a tenant never runs as root")
+        return user
+
+    @field_validator("target_namespace")
+    @classmethod
+    def _target(cls, namespace: str | None) -> str | None:
+        return None if namespace is None else check_dns1123_label(namespace)
+
+    @model_validator(mode="after")
+    def _maps_something(self) -> Self:
+        if not self.namespaces and self.namespace_selector is None:
+            raise ValueError(f"tenant {self.name}: give namespaces or namespaceSelector")
+        return self
+
+    def maps(self, namespace: str, labels: dict[str, str] | None) -> bool:
+        if namespace in self.namespaces:
+            return True
+        selector = self.namespace_selector
+        return selector is not None and all((labels or {}).get(k) == v for k, v in selector.match_labels.items())
+
+
 class BridgeClusterSpec(WireModel):
     type: Literal["local", "slurm", "flux", "kubernetes"]
     slurm: SlurmConnection | None = None
     flux: FluxConnection | None = None
     kubernetes: KubernetesConnection | None = None
     defaults: ClusterDefaults = Field(default_factory=ClusterDefaults)
-    #: namespaces whose TrainJobs this cluster accepts; unset means every namespace
+    #: namespaces whose TrainJobs this cluster accepts under its own single identity (one Unix user for all of
+    #: them). The CLI checks it when set; the operator serves only namespaces listed here or mapped by ``tenants``
+    #: (unset: none)
     allowed_namespaces: list[str] | None = None
+    #: the operator's tenants: each maps namespaces to an HPC identity of its own (see Tenant)
+    tenants: list[Tenant] | None = Field(default=None, max_length=1024)
     #: namespace → Slurm account (or Flux bank) used when the TrainJob names none
     account_mapping: dict[str, str] | None = None
     #: local: the GPUs this machine lends its emulated nodes (device ids as CUDA_VISIBLE_DEVICES takes them);
@@ -362,10 +456,57 @@ class BridgeClusterSpec(WireModel):
         if self.type == "kubernetes" and (self.staging_dir or self.secrets_dir):
             raise ValueError("stagingDir and secretsDir are for Slurm, Flux and local clusters; on Kubernetes the "
                              "runtime's initializer volume holds the data and secretRef names a Secret")
+        self._check_tenants()
         if self.defaults.image is not None and self.type != "kubernetes":
             raise ValueError(f"defaults.image is the image of pods that name none; a {self.type} cluster runs "
                              "commands on its nodes (a TrainJob's own image with defaults.containerRuntime)")
         return self
+
+    def _check_tenants(self) -> None:
+        if self.type == "flux" and self.allowed_namespaces and len(self.allowed_namespaces) > 1:
+            raise ValueError("a Flux instance runs every job as its owner: it serves one tenant (one namespace in "
+                             "allowedNamespaces, or one entry of tenants)")
+        if not self.tenants:
+            return
+        if self.allowed_namespaces is not None:
+            raise ValueError("give tenants (an identity per tenant) or allowedNamespaces (one identity for all), "
+                             "not both")
+        if self.type == "local":
+            raise ValueError("a local cluster runs on the machine of whoever runs hpc-bridge: it has no tenants")
+        if self.type == "flux" and len(self.tenants) > 1:
+            raise ValueError("a Flux instance runs every job as its owner: it serves one tenant")
+        names: set[str] = set()
+        claimed: dict[str, str] = {}
+        for tenant in self.tenants:
+            where = f"tenant {tenant.name}"
+            if tenant.name in names:
+                raise ValueError(f"{where}: two tenants of that name")
+            names.add(tenant.name)
+            for namespace in tenant.namespaces:
+                if namespace in claimed:
+                    raise ValueError(f"{where}: namespace {namespace} is already tenant {claimed[namespace]}'s")
+                claimed[namespace] = tenant.name
+            credentials = tenant.credentials or TenantCredentials()
+            if self.type == "kubernetes":
+                if tenant.user or tenant.accounts or tenant.partitions or tenant.qos or tenant.credentials:
+                    raise ValueError(f"{where}: user, accounts, partitions, qos and credentials are for Slurm and "
+                                     "Flux clusters; a Kubernetes tenant has targetNamespace")
+                continue
+            if tenant.target_namespace:
+                raise ValueError(f"{where}: targetNamespace is for Kubernetes clusters")
+            transport = self.slurm.transport if self.slurm else ("local" if self.type == "slurm" else None)
+            if self.type == "flux":
+                if tenant.partitions or tenant.qos or credentials.token_secret_ref or credentials.key_secret_ref:
+                    raise ValueError(f"{where}: a Flux tenant has user and accounts (banks) only")
+                if self.flux and self.flux.user and self.flux.user != tenant.user:
+                    raise ValueError(f"{where}: user {tenant.user} is not the instance's owner {self.flux.user}")
+            if transport == "ssh" and not credentials.key_secret_ref:
+                raise ValueError(f"{where}: credentials.keySecretRef is required over ssh (the key that logs in as "
+                                 f"{tenant.user})")
+            if credentials.key_secret_ref and transport != "ssh":
+                raise ValueError(f"{where}: credentials.keySecretRef is for the ssh transport")
+            if credentials.token_secret_ref and transport != "rest":
+                raise ValueError(f"{where}: credentials.tokenSecretRef is for the rest transport")
 
     def allows_namespace(self, namespace: str) -> bool:
         return self.allowed_namespaces is None or namespace in self.allowed_namespaces

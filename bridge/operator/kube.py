@@ -42,7 +42,8 @@ class KubeApi:
         self._clusters: tuple[float, dict] | None = None
         self._runtimes: dict[tuple[str, str, str], tuple[float, Any]] = {}
         #: BridgeClusters with their credentials written, by name: (when, the object as listed, the result)
-        self._credentialed: dict[str, tuple[float, Any, Any]] = {}
+        self._credentialed: dict[tuple[str, str | None], tuple[float, Any, Any]] = {}
+        self._namespaces: dict[str, tuple[float, dict[str, str]]] = {}
         self._lock = threading.Lock()
         #: where BridgeClusters' credential Secrets are read (and nowhere else)
         self.credentials_namespace = credentials_namespace or _own_namespace()
@@ -122,15 +123,37 @@ class KubeApi:
         return parse_object(_clean(item), f"{kind} {name}")
 
     def credentialed(self, cluster):
-        """``with_credentials``, its Secrets read at most every *cluster_ttl* seconds per cluster."""
+        """``with_credentials``, its Secrets read at most every *cluster_ttl* seconds per cluster and tenant."""
+        from bridge.tenancy import tenant_of
+
+        key = (cluster.name, tenant_of(cluster))
         with self._lock:
-            kept = self._credentialed.get(cluster.name)
-            if kept is not None and kept[1] is cluster and time.monotonic() - kept[0] < self.cluster_ttl:
+            kept = self._credentialed.get(key)
+            if kept is not None and (kept[1] is cluster or kept[1] == cluster) and \
+                    time.monotonic() - kept[0] < self.cluster_ttl:
                 return kept[2]
         result = self.with_credentials(cluster)
         with self._lock:
-            self._credentialed[cluster.name] = (time.monotonic(), cluster, result)
+            self._credentialed[key] = (time.monotonic(), cluster, result)
         return result
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """A Namespace's labels (what tenant selectors match; a tenant cannot set them), read at most every
+        *cluster_ttl* seconds. A namespace that cannot be read has none."""
+        from kubernetes.client.exceptions import ApiException
+
+        with self._lock:
+            kept = self._namespaces.get(namespace)
+            if kept is not None and time.monotonic() - kept[0] < self.cluster_ttl:
+                return kept[1]
+        try:
+            found = self._call(f"read namespace {namespace}", self.core.read_namespace, namespace)
+            labels = dict(found.metadata.labels or {})
+        except ApiException:
+            labels = {}
+        with self._lock:
+            self._namespaces[namespace] = (time.monotonic(), labels)
+        return labels
 
     def with_credentials(self, cluster):
         """*cluster* with every ``...SecretRef`` of its connection replaced by the file it names, written from
@@ -138,6 +161,8 @@ class KubeApi:
         import base64
 
         from kubernetes.client.exceptions import ApiException
+
+        from bridge.tenancy import tenant_of
 
         conn = cluster.spec.slurm
         if conn is None:
@@ -163,7 +188,9 @@ class KubeApi:
             if encoded is None:
                 raise BackendUnavailable("kubernetes", f"{where}: Secret {self.credentials_namespace}/{ref.name} "
                                          f"has no key {ref.key!r}")
-            path = os.path.join(self.secret_dir, f"{cluster.name}.{file_field}")
+            tenant = tenant_of(cluster)
+            path = os.path.join(self.secret_dir, f"{cluster.name}.{tenant}.{file_field}" if tenant else
+                                f"{cluster.name}.{file_field}")
             _write_private(path, base64.b64decode(encoded))
             update[file_field] = path
             update[ref_field] = None

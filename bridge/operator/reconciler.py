@@ -396,7 +396,8 @@ class Reconciler:
             source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
                                    f"TrainJob {namespace}/{name}", None)
             prepared = service.prepare(source, configured=self.api.clusters(),
-                                       default_cluster=self.default_cluster or "", adapter_for=self._adapter)
+                                       default_cluster=self.default_cluster or "", adapter_for=self._adapter,
+                                       tenancy=self._tenancy(namespace))
             submitted = self._submitter(prepared.adapter.cluster.name).submit(prepared, if_finished)
         except InvalidSpec as exc:
             self.metrics.submission(_target(body), "refused")
@@ -422,7 +423,7 @@ class Reconciler:
         self.metrics.submission(prepared.adapter.cluster.name, "attached" if submitted.existing else "submitted")
         item.ref = ref
         cluster = prepared.adapter.cluster.name
-        sync = self._sync(cluster, prepared.adapter)
+        sync = self._sync(cluster, None)  # polls as the cluster's own identity; the tenant's acts
         recorded = {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster}
         annotations = meta.get("annotations") or {}
         job = f"{prepared.adapter.backend} job {ref.job_id} on cluster {cluster}"
@@ -439,7 +440,9 @@ class Reconciler:
 
     def suspend(self, body: dict, grace_seconds: float = 30.0) -> None:
         """``spec.suspend`` set: the backend job is stopped (SIGTERM, then killed after the grace) and the
-        TrainJob shows Suspended; unsetting it runs the TrainJob again (``run``)."""
+        TrainJob shows Suspended; unsetting it runs the TrainJob again (``run``). The job stopped is the one the
+        backend holds for this TrainJob's uid under its tenant's identity; a job whose state is Unknown is left
+        alone."""
         meta = body.get("metadata") or {}
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
         current = list((body.get("status") or {}).get("conditions") or [])
@@ -448,21 +451,22 @@ class Reconciler:
         item = None
         for sync in list(self.syncs.values()):
             item = sync.forget(uid) or item
-        annotations = meta.get("annotations") or {}
-        job_id, cluster = annotations.get(JOB_ID_ANNOTATION), annotations.get(JOB_CLUSTER_ANNOTATION)
-        if job_id and cluster and cluster in self.api.clusters():
+        cluster = self._job_cluster(meta, item)
+        if cluster is not None:
             try:
-                sync = self._sync(cluster, None)
-                ref = service.job_ref(sync.adapter, job_id, uid, name, namespace)
-                status = service.poll(sync.adapter, [ref], retry=self.retry)[ref]
-                if not status.state.finished:
-                    service.cancel(sync.adapter, [job_id], signal="TERM", grace_seconds=grace_seconds,
-                                   retry=self.retry)
+                adapter = self._tenant_adapter(cluster, namespace)
+                owned = service.owned_job(adapter, uid, name, namespace, retry=self.retry)
+                if owned is not None and not owned.state.finished and owned.state.value != "Unknown":
+                    service.cancel_ref(adapter, owned.ref, signal="TERM", grace_seconds=grace_seconds,
+                                       retry=self.retry)
+                    self.api.event(namespace, name, uid, "Suspended", f"{adapter.backend} job {owned.ref.job_id} "
+                                                                      "stopped")
+            except InvalidSpec as exc:  # the namespace is no tenant of that cluster: nothing of it to stop there
+                log.warning("TrainJob %s/%s: suspend: %s", namespace, name, exc)
             except BridgeError as exc:
                 if exc.retryable:
                     raise Temporary(str(exc), self.timing.outage_retry) from None
                 raise Permanent(str(exc)) from None
-            self.api.event(namespace, name, uid, "Suspended", f"{sync.adapter.backend} job {job_id} stopped")
         changes = [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
                    cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")]
         if item is None:
@@ -487,36 +491,47 @@ class Reconciler:
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
         annotations = meta.get("annotations") or {}
         target = annotations.get(MIGRATE_ANNOTATION)
-        job_id, cluster = annotations.get(JOB_ID_ANNOTATION), annotations.get(JOB_CLUSTER_ANNOTATION)
+        tracked = self._tracked(uid)
+        cluster = self._job_cluster(meta, tracked)
         current = list((body.get("status") or {}).get("conditions") or [])
         done: dict[str, str | None] = {MIGRATE_ANNOTATION: None}
         if not target or target == cluster or cond.finished(current):
             return done  # nothing runs elsewhere to move (a finished TrainJob stays as it ended)
-        if not job_id or spec.get("suspend"):
+        if cluster is None or spec.get("suspend"):
             return {**done, CLUSTER_ANNOTATION: target}  # not running: it runs on the target when it runs
-        try:
+        try:  # the target must take it before anything stops
             signal, grace = service.parse_stop_signal(annotations.get(MIGRATE_SIGNAL_ANNOTATION) or "TERM@30")
             doc = copy.deepcopy(_clean(body))
             doc["metadata"].setdefault("annotations", {})[CLUSTER_ANNOTATION] = target
-            service.add_resume_env(doc, job_id)
+            service.add_resume_env(doc, f"the job of TrainJob {name} on {cluster}")
             trainjob = parse_object(doc, f"TrainJob {namespace}/{name}")
             ref_spec = trainjob.spec.runtime_ref
             runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
             source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
                                    f"TrainJob {namespace}/{name}", None)
             prepared = service.prepare(source, cluster=target, configured=self.api.clusters(),
-                                       adapter_for=self._adapter)
+                                       adapter_for=self._adapter, tenancy=self._tenancy(namespace))
         except InvalidSpec as exc:  # refused before anything stopped: it runs on where it is
             self.api.event(namespace, name, uid, "MigrationRefused", str(exc), warning=True)
             return done
+        try:  # the job to move is the one the backend holds for this uid under the tenant's identity
+            source_adapter = self._tenant_adapter(cluster, namespace)
+            owned = service.owned_job(source_adapter, uid, name, namespace, retry=self.retry)
+        except InvalidSpec:
+            owned = None
+        except BridgeError as exc:
+            if exc.retryable:
+                raise Temporary(str(exc), self.timing.outage_retry) from None
+            raise Permanent(str(exc)) from None
+        if owned is None or owned.state.value == "Unknown":
+            return {**done, CLUSTER_ANNOTATION: target}  # nothing of it runs there: it runs on the target
+        job_id = owned.ref.job_id
         item = None
         for sync in list(self.syncs.values()):
             item = sync.forget(uid) or item
         item = item or Tracked(namespace, name, uid, None, current, meta.get("generation"))
         try:
-            source_sync = self._sync(cluster, None)
-            ref = service.job_ref(source_sync.adapter, job_id, uid, name, namespace)
-            status, stopped_by = service.stop_to_move(source_sync.adapter, ref, signal, grace, retry=self.retry)
+            status, stopped_by = service.stop_to_move(source_adapter, owned.ref, signal, grace, retry=self.retry)
             submitted = self._submitter(target).submit(prepared, "rerun")
         except BridgeError as exc:
             if exc.retryable:
@@ -534,34 +549,33 @@ class Reconciler:
         item.ref = submitted.ref
         item.pending = [cond.Change(cond.MIGRATED, True, "Migrated", message),
                         cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}")]
-        self._sync(target, prepared.adapter).track(item)
+        self._sync(target, None).track(item)
         self.api.event(namespace, name, uid, "Migrated", message)
         return {**done, JOB_ID_ANNOTATION: submitted.ref.job_id, JOB_CLUSTER_ANNOTATION: target,
                 CLUSTER_ANNOTATION: target, HISTORY_ANNOTATION: json.dumps(history, sort_keys=True)}
 
     def delete(self, body: dict) -> None:
-        """A TrainJob being deleted: its backend job is cancelled and what was created is removed."""
+        """A TrainJob being deleted: the job the backend holds for its uid, under its tenant's identity, is
+        cancelled and what was created for it removed."""
         meta = body.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        uid, job_id = meta.get("uid"), annotations.get(JOB_ID_ANNOTATION)
-        cluster = annotations.get(JOB_CLUSTER_ANNOTATION)
+        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        item = None
         for sync in list(self.syncs.values()):
-            sync.forget(uid)
-        if not job_id or not cluster:
-            return  # never submitted
-        clusters = self.api.clusters()
-        if cluster not in clusters:
-            log.warning("TrainJob %s/%s: cluster %s is gone; job %s left as it is", meta.get("namespace"),
-                        meta.get("name"), cluster, job_id)
-            return
+            item = sync.forget(uid) or item
+        cluster = self._job_cluster(meta, item)
+        if cluster is None:
+            return  # never submitted, or its cluster is gone
         try:
-            sync = self._sync(cluster, None)
-            ref = service.job_ref(sync.adapter, job_id, uid, meta.get("name"), meta.get("namespace") or "default")
-            service.stop_and_remove(sync.adapter, ref, retry=self.retry)
+            adapter = self._tenant_adapter(cluster, namespace)
+            owned = service.owned_job(adapter, uid, name, namespace, retry=self.retry)
+            if owned is not None:
+                service.stop_and_remove(adapter, owned.ref, retry=self.retry)
+        except InvalidSpec as exc:
+            log.warning("TrainJob %s/%s: delete: %s", namespace, name, exc)
         except BridgeError as exc:
             if exc.retryable:
                 raise Temporary(str(exc), self.timing.outage_retry) from None
-            log.warning("TrainJob %s/%s: cancelling %s: %s", meta.get("namespace"), meta.get("name"), job_id, exc)
+            log.warning("TrainJob %s/%s: cancelling its job on %s: %s", namespace, name, cluster, exc)
 
     def shutdown(self) -> None:
         for sync in self.syncs.values():
@@ -575,16 +589,47 @@ class Reconciler:
 
     # --- helpers
 
+    def _tenancy(self, namespace: str):
+        from bridge.tenancy import Request
+
+        return Request(namespace, self.api.namespace_labels(namespace))
+
+    def _tenant_adapter(self, cluster: str, namespace: str):
+        return service.tenant_adapter(self.api.clusters()[cluster], self._tenancy(namespace), self._adapter)
+
+    def _tracked(self, uid: str) -> Tracked | None:
+        for sync in list(self.syncs.values()):
+            with sync.lock:
+                found = sync.tracked.get(uid)
+            if found is not None:
+                return found
+        return None
+
+    def _job_cluster(self, meta: dict, item: Tracked | None) -> str | None:
+        """The cluster to look for the TrainJob's job on: where this operator follows it, else where its
+        annotation says. The annotation is only where to look: the job itself is found there by the TrainJob's
+        uid, as its tenant, so a cluster named wrongly finds nothing."""
+        if item is not None and item.ref is not None:
+            return item.ref.cluster
+        cluster = (meta.get("annotations") or {}).get(JOB_CLUSTER_ANNOTATION)
+        if not cluster or cluster not in self.api.clusters():
+            return None
+        return cluster
+
     def _adapter(self, cluster) -> Any:
-        """The adapter for BridgeCluster *cluster*: the one kept for it, unless its spec changed since."""
+        """The adapter for BridgeCluster *cluster* (as configured, or a tenant's overlay of it, whose own
+        credential Secrets are read here): the one kept for it, unless its spec changed since."""
+        from bridge.tenancy import tenant_of
+
+        key = (cluster.name, tenant_of(cluster))
         with self._lock:
-            kept = self._adapters.get(cluster.name)
+            kept = self._adapters.get(key)
             if kept is not None and kept[0] == cluster:
                 return kept[1]
-        adapter = self.adapter_for(cluster)
+        adapter = self.adapter_for(self.api.credentialed(cluster) if key[1] is not None else cluster)
         with self._lock:
-            self._adapters[cluster.name] = (cluster, adapter)
-            sync = self.syncs.get(cluster.name)
+            self._adapters[key] = (cluster, adapter)
+            sync = self.syncs.get(cluster.name) if key[1] is None else None
             if sync is not None:
                 # the loop polls through the new connection from its next cycle; the old one is let go
                 # rather than closed under a poll in flight

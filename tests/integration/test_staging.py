@@ -9,7 +9,10 @@ the stage step into the cluster's shared stagingDir on the local cluster, real S
 - a bad URI fails the job, naming the initializer and the URI, and the trainer never runs;
 - while a slow model downloads, status says "Initializing (model)";
 - the S3 secret appears in no artifact, log, status or state file;
-- the same URI from another S3 endpoint is downloaded from there, never taken from the first one's entry.
+- the same URI from another S3 endpoint is downloaded from there, never taken from the first one's entry;
+- a tenant's stage step (as the plan renders it) stages into its own 0700 folder, reads its secret from its
+  namespace's folder, gets the initializers' env on stdin, and another tenant with its own endpoint gets its
+  own cache.
 """
 
 from __future__ import annotations
@@ -267,3 +270,66 @@ def test_the_same_uri_from_another_endpoint_is_downloaded_from_there(engine, clu
                      if entry["uri"] == uri)
     assert len(origins) == 2
 
+
+def _tenant_stage(tmp_path: Path, tenant: str, namespace: str, endpoint: str) -> tuple[subprocess.CompletedProcess,
+                                                                                     Path]:
+    """The stage step of a tenant's plan, started as a backend starts it: its argv and its stdin as rendered,
+    under the usual umask."""
+    from bridge.api.cluster import BridgeCluster, Tenant
+    from bridge.api.loader import load_documents
+    from bridge.plan import find_runtime, resolve, stage_argv, stage_input
+
+    staging, secrets = tmp_path / "tenant staging", tmp_path / "tenant secrets"
+    cluster = BridgeCluster.model_validate({
+        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "shared"},
+        "spec": {"type": "slurm", "stagingDir": str(staging), "secretsDir": str(secrets),
+                 "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    job = yaml.safe_dump_all([RUNTIME, {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tenant-job", "namespace": namespace, "uid": str(uuid.uuid4())},
+        "spec": {"runtimeRef": {"name": "staged"},
+                 "initializer": {"dataset": {"storageUri": "s3://datasets/alpaca/v1",
+                                             "env": [{"name": "ENDPOINT", "value": endpoint}],
+                                             "secretRef": {"name": "s3-credentials"}}},
+                 "trainer": {"command": ["true"]}}}])
+    runtime, trainjob_ = load_documents(job)
+    plan = resolve(trainjob_, find_runtime(trainjob_, [runtime]), cluster,
+                   Tenant(name=tenant, namespaces=[namespace]))
+    argv = stage_argv(plan)
+    assert not any(endpoint in arg for arg in argv), argv  # what ps would show
+    done = subprocess.run(argv, input=stage_input(plan), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, cwd=ROOT, preexec_fn=lambda: os.umask(0o022), timeout=120)
+    return done, staging / "tenants" / tenant / "jobs" / plan.uid
+
+
+def test_a_tenants_stage_step_keeps_to_its_folder_and_its_namespace(s3, s3_other, tmp_path) -> None:
+    secrets = tmp_path / "tenant secrets"
+    for namespace in ("team-a", "team-b"):
+        (secrets / namespace).mkdir(parents=True)
+        (secrets / namespace / "s3-credentials").write_text(
+            f"ACCESS_KEY_ID={ACCESS_KEY}\nSECRET_ACCESS_KEY={SECRET_KEY}\n")
+        (secrets / namespace / "s3-credentials").chmod(0o600)
+    # a secret of that name at the folder's top: a tenant's job never reads it (it would fail with these)
+    (secrets / "s3-credentials").write_text("ACCESS_KEY_ID=wrong\nSECRET_ACCESS_KEY=wrong\n")
+    (secrets / "s3-credentials").chmod(0o600)
+
+    gets = s3.requests("GET", BUCKET)
+    done, job_a = _tenant_stage(tmp_path, "tenant-a", "team-a", s3.endpoint)
+    output = done.stdout
+    assert done.returncode == 0, output
+    assert s3.requests("GET", BUCKET) - gets == 2 * s3.per_object, output
+    assert len((job_a / "dataset" / "train.jsonl").read_text().splitlines()) == 40
+    mine = job_a.parents[1]
+    for path in [mine, *mine.rglob("*")]:
+        if not path.is_symlink():
+            assert path.stat().st_mode & 0o077 == 0, (path, oct(path.stat().st_mode))
+    assert SECRET_KEY not in output
+
+    # tenant B, its own endpoint with the same listing: its own cache, filled from its endpoint
+    gets_other, gets = s3_other.requests("GET", BUCKET), s3.requests("GET", BUCKET)
+    done, job_b = _tenant_stage(tmp_path, "tenant-b", "team-b", s3_other.endpoint)
+    output = done.stdout
+    assert done.returncode == 0, output
+    assert s3_other.requests("GET", BUCKET) - gets_other == 2 * s3_other.per_object, output
+    assert s3.requests("GET", BUCKET) == gets
+    assert (job_b / "dataset").resolve().is_relative_to(job_b.parents[1] / "cache")

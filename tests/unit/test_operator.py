@@ -265,11 +265,15 @@ def test_migrate_to_on_a_trainjob_with_nothing_running_elsewhere_moves_nothing()
             from bridge.api.cluster import BridgeCluster
 
             return {name: BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                                        "metadata": {"name": name}, "spec": {"type": "slurm"}})
+                                                        "metadata": {"name": name},
+                                                        "spec": {"type": "slurm", "allowedNamespaces": ["ns"]}})
                     for name in ("a", "b")}
 
         def runtime(self, namespace, kind, name):
             return None
+
+        def namespace_labels(self, namespace):
+            return {}
 
     reconciler = Reconciler(Api())
 

@@ -8,6 +8,7 @@ waiting for a job blocks on its eventlog (``flux job wait-event``), not a pollin
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 
 from bridge.adapters.base import (
@@ -28,6 +29,7 @@ from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import LocalTransport, SSHTransport, Transport
 from bridge.plan import Launcher, LaunchPlan
 from bridge.staging.phase import with_stage_phases
+from bridge.tenancy import tenant_of
 
 #: Flux job states (RFC 21) → ours; INACTIVE is decided by the result
 STATES = {"NEW": JobState.PENDING, "DEPEND": JobState.PENDING, "PRIORITY": JobState.PENDING,
@@ -83,6 +85,9 @@ def f58_number(job_id: str) -> int:
 class FluxAdapter(Adapter):
     backend = "flux"
     capabilities = Capabilities()
+    #: Flux's encodings of one id: f58 (ƒ or f, then base58), decimal, hex, dothex, words
+    job_id_pattern = re.compile(r"[ƒf]?[1-9A-HJ-NP-Za-km-z]{1,16}|[0-9]{1,20}|0x[0-9a-f]{1,16}|"
+                                 r"[0-9a-f]{4}(?:\.[0-9a-f]{4}){3}|[a-z]+(?:-[a-z]+){5}")
     options = (
         OptionSpec("partition", "attributes.system.queue"), OptionSpec("account", "attributes.system.bank"),
         OptionSpec("dependency", "attributes.system.dependencies (RFC 26)"),
@@ -167,7 +172,7 @@ class FluxAdapter(Adapter):
             job = found.get(ref.job_id)
             statuses[ref] = status_from_json(ref, job) if job else JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
         return with_stage_phases(statuses, self.cluster.spec.staging_dir,
-                                 lambda argv: self.transport.run(argv, timeout=30).stdout)
+                                 lambda argv: self.transport.run(argv, timeout=30).stdout, tenant_of(self.cluster))
 
     def changes(self) -> Iterator[str | None]:
         """The job manager's event journal (``job-manager.events-journal``): a job's id when it starts, ends or
@@ -180,6 +185,7 @@ class FluxAdapter(Adapter):
         return self.poll([ref])[ref]
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
+        self.check_job_id(ref.job_id)
         if signal:
             self.client.kill(ref.job_id, signal)
             if not grace_seconds or self.client.wait_clean(ref.job_id, grace_seconds):

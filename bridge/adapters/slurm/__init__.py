@@ -63,7 +63,13 @@ def make_transport(cluster) -> Transport:
     env = {"SLURM_CONF": conn.slurm_conf} if conn and conn.slurm_conf else {}
     if conn is not None and conn.transport == "ssh":
         return SSHTransport(conn.host, conn.port or 22, conn.user, conn.key_file, conn.known_hosts_file, env=env)
-    return LocalTransport(env)
+    local = LocalTransport(env)
+    if conn is not None and conn.user:
+        from bridge.adapters.run_as import RunAs, current_user
+
+        if conn.user != current_user():  # a tenant's jobs: every command as its user, never as ours
+            return RunAs(local, conn.user)
+    return local
 
 
 def _rest_record(job: dict) -> SlurmRecord:
@@ -88,6 +94,8 @@ def _job_number(job_id: str) -> int:
 class SlurmAdapter(Adapter):
     backend = "slurm"
     capabilities = Capabilities()
+    #: 123, an array task 123_4, a heterogeneous component 123+1
+    job_id_pattern = re.compile(r"[0-9]{1,20}(?:_[0-9]{1,10}|\+[0-9]{1,4})?")
     options = (
         OptionSpec("partition", "#SBATCH --partition"), OptionSpec("account", "#SBATCH --account"),
         OptionSpec("qos", "#SBATCH --qos"), OptionSpec("constraint", "#SBATCH --constraint"),
@@ -265,10 +273,11 @@ class SlurmAdapter(Adapter):
         if self.rest is not None:
             return statuses  # no shell on the cluster to read the phase files with
         from bridge.staging.phase import with_stage_phases
+        from bridge.tenancy import tenant_of
 
         # one command prints every job's phase file, each on its own line (a job without initializers: empty)
         return with_stage_phases(statuses, self.cluster.spec.staging_dir,
-                                 lambda argv: self.transport.run(argv, timeout=30).stdout)
+                                 lambda argv: self.transport.run(argv, timeout=30).stdout, tenant_of(self.cluster))
 
     def _squeue(self, job_ids: list[str]) -> list[SlurmRecord]:
         if self.rest is not None:
@@ -306,6 +315,7 @@ class SlurmAdapter(Adapter):
         """TERM (the default) is Slurm's own cancel: SIGTERM to every step, SIGKILL after the cluster's
         KillWait, and the job ends CANCELLED. Another signal (USR1 to checkpoint, say) is sent first; a job
         that ends by itself within *grace_seconds* keeps the state its exit gives it, else it is cancelled."""
+        self.check_job_id(ref.job_id)
         if self.rest is not None:
             self.rest.cancel(ref.job_id, signal)
             return
@@ -331,6 +341,7 @@ class SlurmAdapter(Adapter):
             time.sleep(poll_interval)
 
     def output_path(self, ref: JobRef) -> str | None:
+        self.check_job_id(ref.job_id)
         if self.rest is not None:
             job = next((j for j in self.rest.jobs() if str(j.get("job_id")) == ref.job_id), None)
             path = str(job.get("standard_output") or "") if job else ""

@@ -82,7 +82,12 @@ class RestClient:
 
     def __init__(self, url: str, user: str | None = None, token_file: str | None = None, timeout: float = 30.0):
         self.url = url.rstrip("/")
-        self.user = user or os.environ.get("USER") or "root"
+        if not user:
+            # the user this process runs as, by uid ($USER may be unset or say anything); never a guessed root
+            from bridge.adapters.run_as import current_user
+
+            user = current_user()
+        self.user = user
         self.token_file = os.path.expanduser(token_file) if token_file else None
         self.timeout = timeout
         self.requests = 0  # tests and benchmarks count backend calls

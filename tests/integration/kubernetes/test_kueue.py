@@ -21,6 +21,7 @@ import yaml
 
 from tests.integration.kubernetes.test_operator import (
     GROUP,
+    TEST_TENANTS,
     VERSION,
     Operator,
     _apply_kustomization,
@@ -95,8 +96,9 @@ def queued(real_kube, slurm_cluster, tmp_path_factory):
     op = Operator(real_kube, slurm_cluster, base)
     clusters = {
         "slurm": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
+                  "tenants": TEST_TENANTS,
                   "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}},
-        "pods": {"type": "kubernetes", "kubernetes": {
+        "pods": {"type": "kubernetes", "tenants": TEST_TENANTS, "kubernetes": {
             "kubeconfig": str(real_kube.kube.kubeconfig), "imagePullPolicy": "Never",
             "images": {"hpcbridge.test/plain": real_kube.images["node"].ref}}},
     }

@@ -71,6 +71,12 @@ def _service_account_kubeconfig(api, admin_kubeconfig: Path, path: Path) -> Path
     return path
 
 
+#: the label Operator.namespace() gives every namespace it makes, and the tenant that maps them: the test clusters
+#: serve these namespaces under their own identity, as a single-tenant site would say explicitly
+TEST_NAMESPACE_LABEL = "hpcbridge.test/operator-tests"
+TEST_TENANTS = [{"name": "tests", "namespaceSelector": {"matchLabels": {TEST_NAMESPACE_LABEL: "yes"}}}]
+
+
 def plain_runtime(name: str) -> dict:
     """A one-node ClusterTrainingRuntime of one `node` container (the node image on real pods)."""
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": name},
@@ -135,7 +141,7 @@ class Operator:
     def namespace(self) -> str:
         """A namespace for TrainJobs, where the operator may run JobSets (manifests/operator/namespace-binding)."""
         name = f"op-{uuid.uuid4().hex[:8]}"
-        self.core.create_namespace({"metadata": {"name": name}})
+        self.core.create_namespace({"metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "yes"}}})
         binding = yaml.safe_load((ROOT / "manifests" / "operator" / "namespace-binding.yaml").read_text())
         binding["metadata"]["namespace"] = name
         from kubernetes import client
@@ -212,11 +218,13 @@ def operator(real_kube, slurm_cluster, tmp_path_factory):
     slurm_spec = {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
                   "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}
     clusters = {
-        "slurm": slurm_spec,
+        "slurm": {**slurm_spec, "tenants": TEST_TENANTS},
         "slurm-restricted": {**slurm_spec, "allowedNamespaces": ["somewhere-else"]},
-        "pods": {"type": "kubernetes", "kubernetes": {
+        "pods": {"type": "kubernetes", "tenants": TEST_TENANTS, "kubernetes": {
             "kubeconfig": str(real_kube.kube.kubeconfig), "imagePullPolicy": "Never",
-            "images": {"hpcbridge.test/plain": real_kube.images["node"].ref}}},
+            "images": {"hpcbridge.test/plain": real_kube.images["node"].ref},
+            # the movable runtime's checkpoint directory is a hostPath (test_migrate_to_moves_...)
+            "podPolicy": {"volumes": ["hostPath"]}}},
     }
     op.define_clusters(clusters)
     runtime = plain_runtime("plain-slurm")
@@ -271,7 +279,7 @@ def test_a_namespace_the_cluster_does_not_allow_is_refused_and_nothing_is_submit
     refused = operator.until(ns, "not-here", is_true("Failed"))
     failed = condition(refused, "Failed")
     assert failed["reason"] == "NamespaceNotAllowed", failed
-    assert "does not accept this namespace" in failed["message"] and ns in failed["message"]
+    assert "maps no tenant to this namespace" in failed["message"] and ns in failed["message"]
     assert operator.slurm_jobs(created["metadata"]["uid"]) == []
     assert "operator.hpcbridge.io/job-id" not in (refused["metadata"].get("annotations") or {})
 
@@ -450,6 +458,7 @@ def ssh_cluster(operator, netns_slurm, netns_hosts) -> str:
                 "spec": {"type": "slurm", "slurm": {
                     "transport": "ssh", "host": login.ip, "user": "root", "slurmConf": str(netns_slurm.conf),
                     "keySecretRef": {**ref, "key": "id_ed25519"}, "knownHostsSecretRef": {**ref, "key": "known_hosts"}},
+                    "tenants": TEST_TENANTS,
                     "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
         except ApiException as exc:
             assert exc.status == 409, exc.body
@@ -488,7 +497,7 @@ def test_a_trainjob_for_the_flux_cluster_runs_on_flux_and_its_journal_drives_the
     try:
         operator.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
             "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "flux"},
-            "spec": {"type": "flux", "flux": {"uri": flux_uri, "fluxCommand": flux},
+            "spec": {"type": "flux", "flux": {"uri": flux_uri, "fluxCommand": flux}, "tenants": TEST_TENANTS,
                      "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
     except ApiException as exc:
         assert exc.status == 409, exc.body
