@@ -45,6 +45,7 @@ from bridge.adapters.base import (
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected, InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
+from bridge.mpi.exits import shell_code
 from bridge.plan import (
     MPI_LAUNCHERS,
     ONCE_PER_JOB,
@@ -235,10 +236,6 @@ def _killpg(pid: int, sig: int) -> None:
         pass
 
 
-def _shell_code(code: int) -> int:
-    return 128 - code if code < 0 else code
-
-
 @dataclass
 class _OwnedJob:
     """A job this process started: its Popen objects and output pumps."""
@@ -375,14 +372,14 @@ class LocalAdapter(Adapter):
         if code == 0:
             return True
         if (job.directory / "cancelled").exists():
-            status = JobStatus(job.ref, JobState.CANCELLED, exit_code=_shell_code(code), reason="Cancelled")
+            status = JobStatus(job.ref, JobState.CANCELLED, exit_code=shell_code(code), reason="Cancelled")
         elif job.timed_out:
             status = JobStatus(job.ref, JobState.TIMEOUT, reason="DeadlineExceeded",
                                message="activeDeadlineSeconds passed while the initializers ran")
         else:
             reason, message = phase_status(read_phase(plan.staging.dir, plan.uid, plan.staging.tenant)) or (
-                "InitializerFailed", f"the stage step exited with code {_shell_code(code)}")
-            status = JobStatus(job.ref, JobState.FAILED, exit_code=_shell_code(code), reason=reason, message=message)
+                "InitializerFailed", f"the stage step exited with code {shell_code(code)}")
+            status = JobStatus(job.ref, JobState.FAILED, exit_code=shell_code(code), reason=reason, message=message)
         self._finish(job, status)
         return False
 
@@ -406,13 +403,13 @@ class LocalAdapter(Adapter):
             job.first_failure = failed[0]
         if all(code is not None for code in codes):
             if cancelled:
-                code = _shell_code(failed[0]) if failed else 0
+                code = shell_code(failed[0]) if failed else 0
                 return JobStatus(job.ref, JobState.CANCELLED, exit_code=code, reason="Cancelled")
             if job.timed_out:
-                return JobStatus(job.ref, JobState.TIMEOUT, exit_code=_shell_code(failed[0]) if failed else None,
+                return JobStatus(job.ref, JobState.TIMEOUT, exit_code=shell_code(failed[0]) if failed else None,
                                  reason="DeadlineExceeded", message="activeDeadlineSeconds passed")
         if job.first_failure is not None:
-            code = _shell_code(job.first_failure)
+            code = shell_code(job.first_failure)
             return JobStatus(job.ref, JobState.FAILED, exit_code=code, reason="NonZeroExit",
                              message=f"a node exited with code {code}")
         if all(code == 0 for code in codes):

@@ -25,6 +25,7 @@ from pathlib import Path
 from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
+from bridge.mpi.exits import FORWARDED, STOPPING, shell_code, signal_code
 from bridge.mpi.hostfile import Peer, hostfile_for
 
 LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux", "script")
@@ -175,10 +176,6 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
 
 #: set in a peer's sshd sessions: the file that releases that peer (rank 0's fallback to the release port)
 RELEASE_ENV = "HPCBRIDGE_RELEASE_FILE"
-_STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-#: passed on to the launcher's group: the stop signals, and the ones jobs checkpoint on (cancel --signal USR1,
-#: migrate --signal USR1@60), which would otherwise end this process and orphan the training
-_FORWARDED = (*_STOPPING, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Child:
@@ -194,7 +191,7 @@ class Child:
         self.previous: dict = {}
 
     def __enter__(self) -> Child:
-        self.previous = {sig: signal.signal(sig, self._forward) for sig in _FORWARDED}
+        self.previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED}
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -231,8 +228,7 @@ class Child:
 
     def wait(self) -> int:
         """The child's exit as a shell reports it (128+N when signal N ended it)."""
-        code = self.proc.wait()
-        return 128 - code if code < 0 else code
+        return shell_code(self.proc.wait())
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM its group, SIGKILL after *grace* seconds."""
@@ -333,7 +329,7 @@ def serve_peer(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workd
     config = ssh.write_sshd_config(keys, Path(workdir), spec.ssh_port, {RELEASE_ENV: marker})
     log = Path(workdir) / "sshd.log"
     stopping: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum)) for sig in _STOPPING}
+    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum)) for sig in STOPPING}
     sshd = listener = None
     try:
         sshd = start_sshd(config, log)
@@ -368,7 +364,7 @@ def serve_peer(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workd
         if sshd is not None:
             sshd.end()
     trace(f"stopped by signal {stopping[0]}" if stopping else "released")
-    return 128 + stopping[0] if stopping else 0
+    return signal_code(stopping[0]) if stopping else 0
 
 
 def _released(listener, expected: bytes) -> bool:

@@ -12,8 +12,7 @@ import signal
 from collections.abc import Sequence
 from typing import Protocol
 
-#: forwarded to every child: the stop signals, and the ones jobs checkpoint on
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+from bridge.mpi.exits import FORWARDED, shell_code
 
 
 class Member(Protocol):
@@ -71,7 +70,7 @@ def wait_all(members: Sequence[Member], kill_on_bad_exit: bool = False, grace: f
                 continue
             code = os.waitstatus_to_exitcode(status)
             done.proc.returncode = code  # type: ignore[attr-defined]
-            code = done.code = 128 - code if code < 0 else code
+            code = done.code = shell_code(code)
             codes.append(code)
             pending.remove(done)
             if code and kill_on_bad_exit and first_failure is None:
@@ -90,11 +89,12 @@ class LineRelay:
     workers writing to one pipe would otherwise cut into each other's lines), in a thread.
 
     ``pipe()`` gives a (stdout, stderr) pair of write ends for one child, to pass to spawn.Process(outputs=…)
-    and close here once it started (``started()``)."""
+    and close here once it started (``started()``). Every line goes out after *prefix* (srun -l's label)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: bytes = b"") -> None:
         import selectors
 
+        self._prefix = prefix
         self._selector = selectors.DefaultSelector()
         self._partial: dict[int, bytes] = {}
         self._writers: list[int] = []
@@ -131,14 +131,15 @@ class LineRelay:
                     self._selector.unregister(read)
                     os.close(read)
                     if self._partial[read]:
-                        _write_all(target, self._partial[read] + b"\n")
+                        _write_all(target, self._prefix + self._partial[read] + b"\n")
                     continue
                 *lines, self._partial[read] = (self._partial[read] + data).split(b"\n")
                 if lines:
-                    _write_all(target, b"".join(line + b"\n" for line in lines))
+                    _write_all(target, b"".join(self._prefix + line + b"\n" for line in lines))
 
-    def finish(self, timeout: float = 5.0) -> None:
-        """Wait until every line is out (a child's own children may hold a pipe open: not beyond *timeout*)."""
+    def finish(self, timeout: float | None = 5.0) -> None:
+        """Wait until every line is out (a child's own children may hold a pipe open: not beyond *timeout*;
+        None waits for them)."""
         for write in self._writers:
             os.close(write)
         self._writers = []

@@ -13,6 +13,8 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 
+from bridge.mpi.exits import INIT_FORWARDED, shell_code
+
 # Python ignores these at start-up; Popen's restore_signals gives a child the defaults back, and so do we
 _RESTORED = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
 
@@ -107,11 +109,6 @@ class Process:
             return self.wait()
 
 
-#: what a container's init passes on to the process it started (the launch handles them itself)
-_INIT_FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2",
-                                                           "SIGQUIT"))
-
-
 def become_init_if_pid1() -> None:
     """As a container's PID 1, fork: the child returns and does the work; this process stays PID 1 to reap
     every orphan the job leaves (sshd and mpirun's daemons reparent to PID 1, and would stay zombies) and to
@@ -121,7 +118,7 @@ def become_init_if_pid1() -> None:
     child = os.fork()
     if child == 0:
         return
-    for signum in _INIT_FORWARDED:  # PID 1 ignores any signal it has no handler for
+    for signum in INIT_FORWARDED:  # passed on to the launch, which handles them itself
         signal.signal(signum, lambda sig, _frame: _signal_quietly(child, sig))
     while True:
         try:
@@ -130,7 +127,7 @@ def become_init_if_pid1() -> None:
             os._exit(1)
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
-            os._exit(code if code >= 0 else 128 - code)
+            os._exit(shell_code(code))
 
 
 def _signal_quietly(pid: int, signum: int) -> None:

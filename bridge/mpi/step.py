@@ -26,6 +26,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from bridge.mpi.exits import ending_signal, shell_code
 from bridge.mpi.hostlist import compress, expand
 
 #: how the launch told the script's shims to reach the nodes, and where the shims keep their state
@@ -406,7 +407,8 @@ def _report(children: Sequence[_Child]) -> None:
                 end += 1
             ranges.append(str(ids[start]) if end == start else f"{ids[start]}-{ids[end]}")
             start = end + 1
-        how = f"Exited with exit code {code}" if code < 128 else signal.strsignal(code - 128) or f"signal {code - 128}"
+        signum = ending_signal(code)
+        how = f"Exited with exit code {code}" if signum is None else signal.strsignal(signum) or f"signal {signum}"
         print(f"srun: error: {name}: task{'s' if len(ids) > 1 else ''} {','.join(ranges)}: {how}", file=sys.stderr,
               flush=True)
 
@@ -523,13 +525,16 @@ def task(argv: Sequence[str]) -> int:
 
 def _labelled(command: Sequence[str], env: Mapping[str, str], prefix: bytes) -> int:
     """Run *command*; every line it writes to stdout or stderr goes out whole, after *prefix* (``srun -l``)."""
-    import selectors
     import subprocess
 
+    from bridge.mpi.group import LineRelay
+
+    relay = LineRelay(prefix)
+    stdout, stderr = relay.pipe()
     try:
         # a PMI-1 wire descriptor (Flux's shell, Hydra) stays open: it is how the MPI program finds its launcher
         pmi_fd = env.get("PMI_FD", "")
-        proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(list(command), env=dict(env), stdout=stdout, stderr=stderr,
                                 pass_fds=(int(pmi_fd),) if pmi_fd.isdigit() else ())
     except FileNotFoundError:
         sys.stderr.buffer.write(prefix + f"srun: error: {command[0]}: command not found\n".encode())
@@ -537,30 +542,11 @@ def _labelled(command: Sequence[str], env: Mapping[str, str], prefix: bytes) -> 
     except PermissionError:
         sys.stderr.buffer.write(prefix + f"srun: error: {command[0]}: permission denied\n".encode())
         return 126
-    outputs = {proc.stdout: sys.stdout.buffer, proc.stderr: sys.stderr.buffer}
-    partial = {proc.stdout: b"", proc.stderr: b""}
-    selector = selectors.DefaultSelector()
-    for stream in outputs:
-        selector.register(stream, selectors.EVENT_READ)
-    open_streams = len(outputs)
-    while open_streams:
-        for key, _ in selector.select():
-            stream = key.fileobj
-            data = os.read(stream.fileno(), 65536)
-            target = outputs[stream]
-            if not data:
-                selector.unregister(stream)
-                open_streams -= 1
-                if partial[stream]:
-                    target.write(prefix + partial[stream] + b"\n")
-                    target.flush()
-                continue
-            *lines, partial[stream] = (partial[stream] + data).split(b"\n")
-            if lines:
-                target.write(b"".join(prefix + line + b"\n" for line in lines))
-                target.flush()
+    finally:
+        relay.started()
     code = proc.wait()
-    return 128 - code if code < 0 else code
+    relay.finish(timeout=None)  # as slurmstepd: the task has ended once all it wrote is out
+    return shell_code(code)
 
 
 def scontrol(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
