@@ -1,4 +1,4 @@
-"""Backends by name, imported lazily so the CLI loads only the one it uses ."""
+"""Backends by name, imported lazily so the CLI loads only the one it uses."""
 
 from __future__ import annotations
 
