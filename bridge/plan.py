@@ -54,7 +54,7 @@ TORCH_MASTER_PORT = 29500
 #: namespace for uids derived from a TrainJob's identity when it has none (file input)
 _UID_NAMESPACE = uuid.UUID("6f1c3b4e-2a7d-5e8f-9b0a-1c2d3e4f5a6b")
 
-# Env names the Kubeflow webhook reserves for each policy (reference §1.4).
+#: env names Kubeflow's webhook reserves for each ML policy: the policy sets them, a TrainJob may not
 RESERVED_ENV = {
     "torch": {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"},
     "mpi": {"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_keep_fqdn_hostnames",

@@ -1,6 +1,6 @@
 """TrainJob, ``trainer.kubeflow.org/v1alpha1``, in the Kubeflow Trainer v2.3 shape.
 
-Validation mirrors the CRD schema and its CEL rules (reference: kubeflow-trainer-api.md §1), so a
+Validation mirrors the upstream CRD's schema and its CEL rules, so a
 TrainJob that loads here is one the upstream API server would admit, except that ``managedBy`` also
 admits hpc-bridge's own controller value.
 """

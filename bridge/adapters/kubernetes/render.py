@@ -1,7 +1,7 @@
 """LaunchPlan → JobSet (+ MPI Secret and hostfile ConfigMap), following Kubeflow Trainer's conventions.
 
 The runtime's JobSet template (already merged with runtime patches in plan.py) is the starting point;
-this module does what Kubeflow's plugins do (reference §3): trainer overrides on container ``node``, pod
+this module does what Kubeflow's runtime plugins do: trainer overrides on container ``node``, pod
 counts, PET_* for torch, SSH Secret + hostfile for MPI, identity labels. Pure: no client imported here.
 """
 
