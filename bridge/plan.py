@@ -40,8 +40,10 @@ from bridge.api.quantity import parse_quantity
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.storage import StageSource
 from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
+from bridge.convert.sbatch.values import array_problem
 from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
+from bridge.shell import SHELL_ENV_NAME
 
 ANNOTATION_PREFIX = "hpcbridge.io/"
 CLUSTER_ANNOTATION = "hpcbridge.io/cluster"
@@ -61,9 +63,7 @@ RESERVED_ENV = {
             "OMPI_MCA_orte_set_default_slots"},
     "xgboost": {"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"},
 }
-_SHELL_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_DIRECTIVE = DIRECTIVE_SAFE
-_ARRAY_SPEC = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?$")
 _DEPENDENCY = re.compile(r"^(singleton|[a-z_]+(:[0-9_+]+)+)([,?](singleton|[a-z_]+(:[0-9_+]+)+))*$")
 #: dependencies off Slurm, on that backend's own job ids (a local uid, namespace/jobset, a Flux ƒ… id): Flux
 #: keeps them (RFC 26), hpc-bridge keeps them for the local cluster and Kubernetes; all items must hold (",")
@@ -79,8 +79,6 @@ MAX_NODES = {"kubernetes": 5_000, "local": 64}
 MAX_NODES_DEFAULT = 100_000
 #: ranks (MPI slots, torchrun workers) per node
 MAX_PROCS_PER_NODE = 1_024
-#: Slurm's largest MaxArraySize is 4,000,001, so no array index is above 4,000,000
-MAX_ARRAY_INDEX = 4_000_000
 #: a time limit an HPC scheduler can hold (Slurm keeps minutes in 32 bits; ~68 years)
 MAX_TIME_LIMIT_SECONDS = 2**31 - 1
 
@@ -440,7 +438,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     _check_bounds(cluster, nodes, nodes_field, procs, trainjob.spec.active_deadline_seconds)
 
     annotations = dict(trainjob.metadata.annotations or {})
-    options = _backend_options(annotations, cluster, namespace, tenant)
+    options = backend_options(annotations, cluster, namespace, tenant)
     _check_privileged(options, cluster)
     workdir = annotations.get(f"{ANNOTATION_PREFIX}workdir") or container.working_dir or cluster.spec.defaults.workdir
     if workdir is not None and not workdir:
@@ -549,7 +547,7 @@ def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeC
                               f"{cluster.name!r} is {cluster.spec.type}); use file:// for shared storage")
         env = []
         for index, entry in enumerate(part.env or []):
-            if not kubernetes and (entry.value_from is not None or not _SHELL_ENV_NAME.fullmatch(entry.name)):
+            if not kubernetes and (entry.value_from is not None or not SHELL_ENV_NAME.fullmatch(entry.name)):
                 raise InvalidSpec(f"{where}.env[{index}]", entry.name,
                                   "off Kubernetes an initializer's env is a shell name with a literal value (put "
                                   "credentials in secretRef)")
@@ -992,8 +990,8 @@ _KNOBS = ("partition", "account", "qos", "constraint", "exclusive", "array", "de
 SLURM_GPU_OPTIONS = ("gres", "gpus", "gpus-per-node")
 
 
-def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str,
-                     tenant: Tenant | None = None) -> BackendOptions:
+def backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str,
+                    tenant: Tenant | None = None) -> BackendOptions:
     values: dict[str, Any] = {}
     extra: list[tuple[str, str]] = []
     for key, value in sorted(annotations.items()):
@@ -1002,7 +1000,7 @@ def _backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, nam
         where = f"metadata.annotations[{key}]"
         knob = key[len(ANNOTATION_PREFIX):]
         if key.startswith(SBATCH_PASSTHROUGH_PREFIX):
-            # convert imports plan, so not at import time
+            # the parser builds sbatch's option table on import: only when an option is passed through
             from bridge.convert.sbatch.parse import check_passthrough
 
             option = key[len(SBATCH_PASSTHROUGH_PREFIX):]
@@ -1133,27 +1131,6 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
-def array_problem(value: str) -> str | None:
-    """What is wrong with a Slurm job array spec (None: nothing): the grammar, and every index, step and
-    limit within MAX_ARRAY_INDEX, so no value needs more than a few digits to hold."""
-    if len(value) > 1024 or not _ARRAY_SPEC.fullmatch(value):
-        return "not a job array spec like 0-15, 1,3,5-7:2 or 0-99%10"
-    body, _, limit = value.partition("%")
-    numbers = re.findall(r"[0-9]+", value)
-    if any(len(n) > 7 or int(n) > MAX_ARRAY_INDEX for n in numbers):
-        return f"array indexes, steps and limits are at most {MAX_ARRAY_INDEX} (Slurm's largest MaxArraySize - 1)"
-    for item in body.split(","):
-        span, _, step = item.partition(":")
-        low, _, high = span.partition("-")
-        if high and int(high) < int(low):
-            return f"range {span} ends before it starts"
-        if step and int(step) < 1:
-            return "an array step is at least 1"
-    if limit and int(limit) < 1:
-        return "the limit after % is at least 1"
-    return None
-
-
 def _check_directive_value(where: str, value: str) -> None:
     # These values land in '#SBATCH' lines: one line, and no quote characters sbatch's parser would eat.
     if not value or not _SAFE_DIRECTIVE.fullmatch(value):
@@ -1253,7 +1230,7 @@ def script_env(plan: LaunchPlan) -> dict[str, str]:
 def check_shell_env(plan: LaunchPlan) -> None:
     """HPC backends export env through a shell: names must be identifiers, values literal strings."""
     for entry in plan.env:
-        if not _SHELL_ENV_NAME.fullmatch(entry.name):
+        if not SHELL_ENV_NAME.fullmatch(entry.name):
             raise InvalidSpec(f"env {entry.name!r}", entry.name,
                               f"{plan.backend} needs shell variable names (letters, digits, _)")
         if entry.value_from is not None:

@@ -13,8 +13,12 @@ that holds it, and ``quote`` raises rather than let a value be cut short.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
+
+#: a name a shell can export (``export NAME=…``): what an env entry needs off Kubernetes, and sbatch --export
+SHELL_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 

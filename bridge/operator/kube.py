@@ -83,7 +83,7 @@ class KubeApi:
         found = {}
         for item in listing.get("items", []):
             try:
-                obj = parse_object(_clean(item), f"BridgeCluster {item['metadata']['name']}")
+                obj = parse_object(without_server_fields(item), f"BridgeCluster {item['metadata']['name']}")
             except InvalidSpec:
                 continue
             found[obj.name] = obj
@@ -120,7 +120,7 @@ class KubeApi:
             if exc.status == 404:
                 return None
             raise
-        return parse_object(_clean(item), f"{kind} {name}")
+        return parse_object(without_server_fields(item), f"{kind} {name}")
 
     def credentialed(self, cluster):
         """``with_credentials``, its Secrets read at most every *cluster_ttl* seconds per cluster and tenant."""
@@ -234,7 +234,7 @@ class KubeApi:
             pass
 
 
-def _clean(item: dict) -> dict:
+def without_server_fields(item: dict) -> dict:
     """An API object as our models read it: without status, and metadata without the server's bookkeeping."""
     metadata = {key: value for key, value in (item.get("metadata") or {}).items()
                 if key in ("name", "namespace", "uid", "labels", "annotations", "generation")}

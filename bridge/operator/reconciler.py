@@ -376,7 +376,7 @@ class Reconciler:
         if cond.finished(current):
             return {}  # done before this operator started: its record stays as it is
         from bridge.api.loader import parse_object
-        from bridge.operator.kube import _clean
+        from bridge.operator.kube import without_server_fields
 
         item = Tracked(namespace, name, uid, None, current, meta.get("generation"))
         if spec.get("suspend"):
@@ -390,7 +390,7 @@ class Reconciler:
         try:
             from bridge.operator.kueue import as_admitted
 
-            trainjob = parse_object(as_admitted(_clean(body)), f"TrainJob {namespace}/{name}")
+            trainjob = parse_object(as_admitted(without_server_fields(body)), f"TrainJob {namespace}/{name}")
             ref_spec = trainjob.spec.runtime_ref
             runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
             source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
@@ -485,7 +485,7 @@ class Reconciler:
         import json
 
         from bridge.api.loader import parse_object
-        from bridge.operator.kube import _clean
+        from bridge.operator.kube import without_server_fields
 
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
         namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
@@ -501,7 +501,7 @@ class Reconciler:
             return {**done, CLUSTER_ANNOTATION: target}  # not running: it runs on the target when it runs
         try:  # the target must take it before anything stops
             signal, grace = service.parse_stop_signal(annotations.get(MIGRATE_SIGNAL_ANNOTATION) or "TERM@30")
-            doc = copy.deepcopy(_clean(body))
+            doc = copy.deepcopy(without_server_fields(body))
             doc["metadata"].setdefault("annotations", {})[CLUSTER_ANNOTATION] = target
             service.add_resume_env(doc, f"the job of TrainJob {name} on {cluster}")
             trainjob = parse_object(doc, f"TrainJob {namespace}/{name}")

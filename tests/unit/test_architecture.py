@@ -3,12 +3,16 @@ layer, and the import graph of bridge/ follows the layer diagram."""
 
 from __future__ import annotations
 
+import ast
 import sys
 import textwrap
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
 
+import bridge
 from bridge import service
 from bridge.adapters import REGISTRY
 from bridge.adapters.base import JobState
@@ -158,3 +162,194 @@ def test_an_option_the_toy_does_not_declare_is_refused_before_anything_is_sent(t
         service.prepare(service.read_input("-", stdin=yaml.safe_dump_all(docs)), cluster="toys",
                         configured={"toys": toy_cluster("toys")})
     assert toy().SENT == {}
+
+
+# --- the import graph ----------------------------------------------------------------------------------------
+
+BRIDGE = Path(bridge.__file__).resolve().parent
+
+#: the layers of docs/architecture.md, lowest first: a module may import from its own layer and the ones below
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("bridge", "bridge.errors", "bridge.envnames", "bridge.shell"),  # foundation ("bridge": the package itself)
+    ("bridge.api",),  # wire objects
+    ("bridge.plan", "bridge.convert", "bridge.staging", "bridge.tenancy", "bridge.placement", "bridge.records"),
+    ("bridge.adapters", "bridge.mpi"),  # backends, and what runs on the nodes
+    ("bridge.service",),  # orchestration
+    ("bridge.cli", "bridge.operator", "bridge.__main__"),  # front ends
+)
+
+#: findings the rules know about and allow for now, each with a comment naming the issue that removes it:
+#: (kind, text as the test reports it), kind one of "cycle", "private", "upward". None at present.
+KNOWN_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(BRIDGE.rglob("*.py")):
+        parts = list(path.relative_to(BRIDGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def layer_of(module: str) -> int:
+    """The layer of the longest LAYERS prefix that names *module* or a package above it."""
+    best, where = -1, None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, where = len(prefix), index
+    assert where is not None, f"{module} is in no layer of docs/architecture.md: place it in LAYERS and the page"
+    return where
+
+
+class Import(NamedTuple):
+    importer: str
+    target: str  # the module imported from
+    name: str | None  # the name taken from it (from-imports and attribute reads), else None
+    line: int
+
+
+def _absolute(importer: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = importer.split(".") if MODULES[importer].name == "__init__.py" else importer.split(".")[:-1]
+    base = package[:len(package) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def imports_of(module: str) -> list[Import]:
+    """Every import of a bridge module in *module* — module level, in functions, under TYPE_CHECKING — and every
+    attribute read through a name bound to a bridge module (``plan._x`` after ``from bridge import plan``)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found: list[Import] = []
+    bound: dict[str, str] = {}  # local name → the bridge module it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "bridge" or alias.name.startswith("bridge."):
+                    found.append(Import(module, alias.name, None, node.lineno))
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        bound[alias.name.split(".")[0]] = "bridge"
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node)
+            if source != "bridge" and not source.startswith("bridge."):
+                continue
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                if submodule in MODULES:
+                    found.append(Import(module, submodule, None, node.lineno))
+                    bound[alias.asname or alias.name] = submodule
+                else:
+                    found.append(Import(module, source, alias.name, node.lineno))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            dotted, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                dotted.insert(0, value.attr)
+                value = value.value
+            if not isinstance(value, ast.Name) or value.id not in bound:
+                continue
+            target = bound[value.id]
+            for part in dotted[:-1]:  # bridge.adapters.base._x: walk down the submodules named
+                if f"{target}.{part}" not in MODULES:
+                    break
+                target = f"{target}.{part}"
+            else:
+                found.append(Import(module, target, dotted[-1], node.lineno))
+    return found
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def _private(name: str | None) -> bool:
+    return bool(name) and name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    edges = {module: sorted({i.target for i in GRAPH[module] if i.target in MODULES and i.target != module})
+             for module in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in edges[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in MODULES:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def all_findings() -> set[tuple[str, str]]:
+    """What breaks a rule, as (kind, text): cycles, private names taken from another module, upward imports."""
+    found = {("cycle", " <-> ".join(cycle)) for cycle in _cycles()}
+    for module in MODULES:
+        for i in GRAPH[module]:
+            if _private(i.name) and i.target != module:
+                found.add(("private", f"{i.importer} takes {i.name} from {i.target}"))
+            if i.target in MODULES and layer_of(i.target) > layer_of(module):
+                found.add(("upward", f"{i.importer} imports {i.target}"))
+    return found
+
+
+FINDINGS = all_findings()
+
+
+def _new(kind: str) -> list[str]:
+    return sorted(text for found, text in FINDINGS - KNOWN_EXCEPTIONS if found == kind)
+
+
+def test_the_reader_sees_every_kind_of_import() -> None:
+    """The rules hold only if the reader finds what they forbid, wherever it is written."""
+    service_imports = {(i.target, i.name) for i in GRAPH["bridge.service"]}
+    assert ("bridge.errors", "InvalidSpec") in service_imports  # at module level
+    assert ("bridge.adapters", "get_adapter") in service_imports  # inside a function, under another name
+    assert ("bridge.adapters.base", None) in {(i.target, None) for i in GRAPH["bridge.adapters"]}  # TYPE_CHECKING
+    assert ("bridge.service", "submit") in {(i.target, i.name) for i in GRAPH["bridge.cli"]}  # service.submit
+
+
+def test_no_import_cycle_among_the_modules_of_bridge() -> None:
+    assert _new("cycle") == []
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert _new("private") == []
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    assert _new("upward") == []
+
+
+def test_every_known_exception_is_still_there() -> None:
+    """An exception that no longer occurs leaves the list, so the list never allows more than it says."""
+    assert KNOWN_EXCEPTIONS - FINDINGS == set()

@@ -34,7 +34,7 @@ from bridge.convert.sbatch.values import (
     time_seconds,
 )
 from bridge.errors import InvalidSpec
-from bridge.plan import ANNOTATION_PREFIX, SBATCH_PASSTHROUGH_PREFIX, _backend_options
+from bridge.plan import ANNOTATION_PREFIX, SBATCH_PASSTHROUGH_PREFIX, backend_options
 
 #: the ClusterTrainingRuntime converted scripts reference (see ``sbatch_runtime``)
 SBATCH_RUNTIME = "sbatch-script"
@@ -72,7 +72,7 @@ def _check_cluster() -> BridgeCluster:
 def _plan_problem(key: str, value: str) -> str | None:
     """What the planner would say about this annotation (None: accepted); keeps the two from drifting."""
     try:
-        _backend_options({key: value}, _check_cluster(), "default")
+        backend_options({key: value}, _check_cluster(), "default")
     except InvalidSpec as exc:
         return exc.problem
     return None

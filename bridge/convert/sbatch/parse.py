@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from bridge.convert.sbatch.values import (
     BadValue,
+    array_problem,
     gpu_counts,
     gres_items,
     node_range,
@@ -37,7 +38,7 @@ from bridge.convert.sbatch.values import (
     time_seconds,
 )
 from bridge.errors import InvalidSpec
-from bridge.plan import _SHELL_ENV_NAME, array_problem
+from bridge.shell import SHELL_ENV_NAME
 
 _FLAGS_WHERE = "command line"
 
@@ -473,7 +474,7 @@ def _check_export(value: str) -> None:
         name = item.partition("=")[0]
         if index == 0 and item.upper() in ("ALL", "NONE", "NIL"):
             continue
-        if not _SHELL_ENV_NAME.fullmatch(name):
+        if not SHELL_ENV_NAME.fullmatch(name):
             raise BadValue("not an export list: ALL, NONE or VAR[=value][,…] (ALL or NONE first)")
 
 

@@ -1,4 +1,5 @@
-"""Slurm's value grammars, as sbatch 22.05 reads them: time limits, sizes, node counts, GPU counts, GRES lists.
+"""Slurm's value grammars, as sbatch 22.05 reads them: time limits, sizes, node counts, GPU counts, GRES lists,
+job arrays.
 
 Both the option checks in ``parse`` and the mapping to TrainJob fields in ``mapping`` read values through these
 functions, so a value means the same thing in both. ``slurm_time`` writes what ``time_seconds`` reads.
@@ -12,6 +13,32 @@ from dataclasses import dataclass
 
 class BadValue(Exception):
     """A value problem inside this package; always turned into InvalidSpec before it leaves."""
+
+
+#: Slurm's largest MaxArraySize is 4,000,001, so no array index is above 4,000,000
+MAX_ARRAY_INDEX = 4_000_000
+_ARRAY_SPEC = re.compile(r"^[0-9]+(-[0-9]+)?(:[0-9]+)?(,[0-9]+(-[0-9]+)?(:[0-9]+)?)*(%[0-9]+)?$")
+
+
+def array_problem(value: str) -> str | None:
+    """What is wrong with a Slurm job array spec (None: nothing): the grammar, and every index, step and
+    limit within MAX_ARRAY_INDEX, so no value needs more than a few digits to hold."""
+    if len(value) > 1024 or not _ARRAY_SPEC.fullmatch(value):
+        return "not a job array spec like 0-15, 1,3,5-7:2 or 0-99%10"
+    body, _, limit = value.partition("%")
+    numbers = re.findall(r"[0-9]+", value)
+    if any(len(n) > 7 or int(n) > MAX_ARRAY_INDEX for n in numbers):
+        return f"array indexes, steps and limits are at most {MAX_ARRAY_INDEX} (Slurm's largest MaxArraySize - 1)"
+    for item in body.split(","):
+        span, _, step = item.partition(":")
+        low, _, high = span.partition("-")
+        if high and int(high) < int(low):
+            return f"range {span} ends before it starts"
+        if step and int(step) < 1:
+            return "an array step is at least 1"
+    if limit and int(limit) < 1:
+        return "the limit after % is at least 1"
+    return None
 
 
 _TIMESPEC = re.compile(r"^[0-9:-]+\Z")
