@@ -1,9 +1,10 @@
 """docs/architecture.md, checked: a backend added the way the document says works through the orchestration
-layer, and the import graph of bridge/ follows the layer diagram."""
+layer, the import graph of bridge/ follows the layer diagram, and comments point only inside the repository."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -353,3 +354,20 @@ def test_no_layer_imports_a_layer_above_it() -> None:
 def test_every_known_exception_is_still_there() -> None:
     """An exception that no longer occurs leaves the list, so the list never allows more than it says."""
     assert KNOWN_EXCEPTIONS - FINDINGS == set()
+
+
+# --- comments point inside the repository ----------------------------------------------------------------------
+
+#: how a pointer out of the repository was written: a design document's sections, the workspace beside the checkout
+_OUTSIDE = re.compile(r"DESIGN(\.md| §)|reference §|\.\./shared/|/work/shared/|shared/(infra|reference)/")
+
+
+def test_comments_and_documents_point_only_inside_the_repository() -> None:
+    root = BRIDGE.parent
+    files = [*(path for folder in ("bridge", "tests", "bench", "scripts") for path in (root / folder).rglob("*.py")),
+             *(root / "docs").glob("*.md"), root / "README.md"]
+    here = Path(__file__).resolve()
+    found = [f"{path.relative_to(root)}:{number}: {line.strip()[:100]}"
+             for path in files if path.resolve() != here
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if _OUTSIDE.search(line)]
+    assert found == []
