@@ -1189,14 +1189,25 @@ def stage_input(plan: LaunchPlan) -> str | None:
 STAGE_INPUT_END = "HPCBRIDGE_STAGE_ENV"
 
 
-def stage_command(plan: LaunchPlan) -> str:
-    """The stage step as a batch script's line: its arguments, and its env as a quoted here-document (data
-    the shell passes on the step's stdin, on no command line)."""
+#: where a job that was started with its whole environment (a tenant's Slurm job: sbatch --export-file) finds
+#: its stage step's input, so that not even its batch script holds the initializers' env values
+STAGE_INPUT_ENV = "HPCBRIDGE_STAGE_INPUT"
+
+
+def stage_command(plan: LaunchPlan, input_in_environment: bool = False) -> str:
+    """The stage step as a batch script's line(s): its arguments, and its env as a quoted here-document (data
+    the shell passes on the step's stdin, on no command line); with *input_in_environment*, piped from
+    ``$HPCBRIDGE_STAGE_INPUT`` by the shell's builtin printf (no process shows it) and then unset, so the
+    trainer never sees the initializers' env."""
     from bridge.shell import join
 
     text = stage_input(plan)
     line = join(stage_argv(plan))
-    return line if text is None else f"{line} <<'{STAGE_INPUT_END}'\n{text}\n{STAGE_INPUT_END}"
+    if text is None:
+        return line
+    if input_in_environment:
+        return f'printf \'%s\\n\' "${STAGE_INPUT_ENV}" | {line}\nunset {STAGE_INPUT_ENV}'
+    return f"{line} <<'{STAGE_INPUT_END}'\n{text}\n{STAGE_INPUT_END}"
 
 
 #: a batch script's line that gives the job the account's HOME and USER when the backend started it without

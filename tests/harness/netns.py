@@ -59,7 +59,7 @@ SSHD_CONFIG = """\
 ListenAddress {ip}:22
 HostKey {host_key}
 PidFile {pid_file}
-AuthorizedKeysFile {authorized_keys}
+AuthorizedKeysFile {authorized_keys} {authorized_keys}.%u
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no

@@ -89,7 +89,7 @@ def test_a_tenant_script_and_command_carry_no_env_value() -> None:
     assert artifact.command == ("sbatch", "--parsable", f"--export-file={ENV_FD}")
     # the artifact names what fd 3 carries, in the order sent, and no value
     names = [line for line in artifact.files[1].content.splitlines() if not line.startswith("#")]
-    assert names == ["PATH", "SLURM_CONF", "TOKEN", "NOTE"]
+    assert names == ["PATH", "SLURM_CONF", "SLURM_JOB_NAME", "TOKEN", "NOTE"]
 
 
 def test_submit_sends_the_values_apart_from_command_and_script() -> None:
@@ -104,7 +104,7 @@ def test_submit_sends_the_values_apart_from_command_and_script() -> None:
     assert call["stdin"] == artifact.main and SECRET not in call["stdin"]
     assert not any(SECRET in arg for arg in call["argv"])
     assert call["job_env"] == {"PATH": TENANT_PATH, "SLURM_CONF": "/etc/slurm-test/slurm.conf",
-                               "TOKEN": SECRET, "NOTE": AWKWARD}
+                               "SLURM_JOB_NAME": artifact.plan.name, "TOKEN": SECRET, "NOTE": AWKWARD}
 
 
 def test_a_cli_plan_keeps_sbatch_semantics() -> None:
@@ -134,7 +134,9 @@ def test_a_tenant_batch_script_gets_the_same_environment() -> None:
 
 def test_the_tenant_path_and_order_of_the_environment() -> None:
     target = cluster()
-    assert job_env(plan_for(target, {"A": "1"})) == {"PATH": TENANT_PATH, "A": "1"}
+    plan = plan_for(target, {"A": "1"})
+    # SLURM_JOB_NAME, as sbatch exports it (from a file it does not, and slurmd would open %x as "(null)")
+    assert job_env(plan) == {"PATH": TENANT_PATH, "SLURM_JOB_NAME": plan.name, "A": "1"}
     # the TrainJob's own PATH wins over the default
     assert job_env(plan_for(target, {"PATH": "/opt/x/bin"}))["PATH"] == "/opt/x/bin"
 

@@ -289,24 +289,31 @@ INITIALIZER = f"""    dataset:
 
 @pytest.mark.parametrize("kind", ["slurm", "flux"])
 def test_the_initializers_env_is_on_no_command_line_of_the_script(kind: str, tmp_path: Path) -> None:
-    """The batch script's stage step gets the env as a here-document on its stdin; run in bash, the step's
-    arguments hold no value and its stdin holds them all."""
+    """The stage step gets the env on its stdin: from a here-document in the batch script (a CLI plan), or, for
+    a tenant's Slurm job, from the job's environment (sbatch --export-file), so not even the script holds a
+    value; run in bash, the step's arguments hold no value, its stdin holds them all, and the trainer after it
+    does not see them."""
     from bridge.adapters.flux.render import batch_script
-    from bridge.adapters.slurm.render import render_script
+    from bridge.adapters.slurm.render import job_env, render_script
 
     plan = plan_of(INITIALIZER, cluster(kind), TENANT if kind == "slurm" else None)
     script = render_script(plan) if kind == "slurm" else batch_script(plan)
-    start = script.index("\nhpcbridge stage ") + 1
+    environment = dict(os.environ)
+    if kind == "slurm":
+        assert VALUE not in script
+        environment.update(job_env(plan) or {})
+    start = script.rindex("\n", 0, script.index("hpcbridge stage ")) + 1
     stage = script[start:script.index("\nexec ", start)]
     assert VALUE not in stage.splitlines()[0]  # the command line itself
     out = tmp_path / "out"
     body = (f'hpcbridge() {{ printf "%s\\n" "$@" > {shlex.quote(str(out))}.args; cat > {shlex.quote(str(out))}.in; }}'
-            f"\n{stage}\n")
-    subprocess.run(["bash", "-euc", body], check=True, timeout=30)
+            f"\n{stage}\n" f'printf "%s" "${{HPCBRIDGE_STAGE_INPUT-unset}}" > {shlex.quote(str(out))}.after\n')
+    subprocess.run(["bash", "-euc", body], check=True, timeout=30, env=environment)
     args = Path(f"{out}.args").read_text()
     assert VALUE not in args and "--env-stdin" in args
     assert json.loads(Path(f"{out}.in").read_text()) == {
         "dataset": [["ENDPOINT", VALUE], ["IGNORE_PATTERNS", "*.md,'$(touch x)'"]]}
+    assert Path(f"{out}.after").read_text() == "unset"
     assert not (tmp_path / "x").exists()
 
 

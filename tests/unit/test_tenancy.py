@@ -50,6 +50,8 @@ def test_each_namespace_runs_as_its_tenants_user_and_an_unmapped_one_is_refused(
     a = prepare(target)
     assert a.plan.tenant == "team-a" and a.adapter.cluster.spec.slurm.user == "alice"
     assert "#SBATCH --account=proj-a" in a.artifact.main and "#SBATCH --partition=debug" in a.artifact.main
+    # started from an export file, the job has no name for slurmd's %x: the output file is named in full
+    assert "#SBATCH --output=hpcbridge-train-%j.out" in a.artifact.main
     b = prepare(target, "team-b-prod", {"hpc.example.org/tenant": "b"})
     assert b.plan.tenant == "team-b" and b.adapter.cluster.spec.slurm.user == "bob"
     assert "#SBATCH --account=proj-b" in b.artifact.main and "#SBATCH --partition=batch" in b.artifact.main

@@ -316,12 +316,11 @@ class SlurmAdapter(Adapter):
         KillWait, and the job ends CANCELLED. Another signal (USR1 to checkpoint, say) is sent first; a job
         that ends by itself within *grace_seconds* keeps the state its exit gives it, else it is cancelled."""
         self.check_job_id(ref.job_id)
-        if self.rest is not None:
-            self.rest.cancel(ref.job_id, signal)
-            return
         if signal not in (None, "TERM"):
-            self._check(self.transport.run(["scancel", f"--signal={signal or 'TERM'}",
-                                            ref.job_id]), "scancel")
+            if self.rest is not None:
+                self.rest.cancel(ref.job_id, signal)
+            else:
+                self._check(self.transport.run(["scancel", f"--signal={signal}", ref.job_id]), "scancel")
             if not grace_seconds:
                 return
             deadline = time.monotonic() + grace_seconds
@@ -329,7 +328,12 @@ class SlurmAdapter(Adapter):
                 if self.poll([ref])[ref].state.finished:
                     return
                 time.sleep(min(1.0, grace_seconds))
-        self._check(self.transport.run(["scancel", ref.job_id]), "scancel")
+        # over REST as on the CLI: Slurm's own cancel (a signal request only signals the job's steps, so a batch
+        # script running no step would go on)
+        if self.rest is not None:
+            self.rest.cancel(ref.job_id)
+        else:
+            self._check(self.transport.run(["scancel", ref.job_id]), "scancel")
 
     def wait(self, ref: JobRef, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
         """Slurm has no event stream to block on: one batched-poll call per interval until the job ends."""

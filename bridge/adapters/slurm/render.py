@@ -19,6 +19,7 @@ from bridge.plan import (
     MPI_LAUNCHERS,
     ONCE_PER_JOB,
     STAGE_COMMENT,
+    STAGE_INPUT_ENV,
     Launcher,
     LaunchPlan,
     check_identity,
@@ -26,6 +27,7 @@ from bridge.plan import (
     gang_note,
     job_environment,
     stage_command,
+    stage_input,
 )
 from bridge.shell import comment, join, quote
 
@@ -99,7 +101,10 @@ def job_env(plan: LaunchPlan, slurm_conf: str | None = None) -> dict[str, str] |
     if plan.tenant is None:
         return None
     check_shell_env(plan)
-    env = {"PATH": TENANT_PATH, **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
+    # SLURM_JOB_NAME as sbatch puts it in the environment it exports: from a file it does not, and the job (and
+    # slurmd's %x) would have none
+    env = {"PATH": TENANT_PATH, **({"SLURM_CONF": slurm_conf} if slurm_conf else {}),
+           "SLURM_JOB_NAME": plan.options.slurm_job_name or plan.name}
     for entry in plan.env:
         value = entry.value or ""
         where = f"spec.trainer.env[{entry.name}]"
@@ -111,6 +116,10 @@ def job_env(plan: LaunchPlan, slurm_conf: str | None = None) -> dict[str, str] |
             raise InvalidSpec(where, f"{len(value.encode())} bytes", "Slurm takes names of at most 255 "
                                                                       "characters and values under 256 KiB")
         env[entry.name] = value
+    if plan.staging is not None:
+        staged = stage_input(plan)
+        if staged is not None:  # the initializers' env: read by the stage step, unset before the trainer
+            env[STAGE_INPUT_ENV] = staged
     return env
 
 
@@ -214,9 +223,9 @@ def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
         options.append(("exclusive", None))
     if knobs.output or plan.launcher != Launcher.SCRIPT:
         # a converted batch script keeps Slurm's own default (slurm-%j.out), as sbatch gives it
-        options.append(("output", knobs.output or DEFAULT_OUTPUT))
+        options.append(("output", _named(plan, knobs.output or DEFAULT_OUTPUT)))
     if knobs.error:
-        options.append(("error", knobs.error))
+        options.append(("error", _named(plan, knobs.error)))
     if plan.workdir:
         options.append(("chdir", plan.workdir))
     if plan.suspend:
@@ -228,6 +237,16 @@ def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
         options.extend((name, passthrough_value(name, value)) for name, value in knobs.sbatch_extra
                        if name != "comment")
     return options
+
+
+def _named(plan: LaunchPlan, pattern: str) -> str:
+    """An output file pattern as slurmd will open it. A job started from an export file (a tenant's) gets no
+    SLURM_JOB_NAME from sbatch, so slurmd would open ``%x`` as "(null)" while ``scontrol show job`` names the
+    file after the job: the name is written in instead (``%%`` stays a literal percent)."""
+    if plan.tenant is None:
+        return pattern
+    name = plan.options.slurm_job_name or plan.name
+    return re.sub(r"%(%|x)", lambda match: "%%" if match.group(1) == "%" else name, pattern)
 
 
 def launch_spec(plan: LaunchPlan) -> LaunchSpec:
@@ -271,7 +290,7 @@ def render_script(plan: LaunchPlan) -> str:
         lines.append(f"export {name}={quote(value)}")
     if plan.staging:
         lines.append(STAGE_COMMENT)
-        lines.append(stage_command(plan))
+        lines.append(stage_command(plan, input_in_environment=plan.tenant is not None))
     if plan.launcher == Launcher.SCRIPT:
         # a converted batch script: its body is the job, exactly as sbatch would run it
         lines.append(f"exec {join(plan.exec_argv)}")

@@ -72,6 +72,13 @@ def test_rest_cancel_and_check(rest_cluster, tmp_path) -> None:
     wait_for(adapter, ref, state_is(JobState.RUNNING))
     adapter.cancel(ref)
     assert wait_for(adapter, ref, finished).state == JobState.CANCELLED
+    # TERM, as suspend sends it, is Slurm's own cancel over REST too (a signal request would reach only the
+    # job's steps, and a batch script running none would go on)
+    ref = adapter.submit(adapter.render(resolve(job("rest-sleeps-2", ["sleep", "300"], tmp_path), RUNTIME,
+                                                rest_cluster)))
+    wait_for(adapter, ref, state_is(JobState.RUNNING))
+    adapter.cancel(ref, signal="TERM", grace_seconds=30)
+    assert wait_for(adapter, ref, finished).state == JobState.CANCELLED
     assert "Slurm 22.05" in adapter.check()
 
 
