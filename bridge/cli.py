@@ -16,6 +16,7 @@ import signal
 import sys
 
 from bridge.adapters import REGISTRY
+from bridge.annotations import CHECKPOINT_ANNOTATION, CLUSTER_ANNOTATION
 from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
 
 
@@ -429,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser, cluster: bool = True) -> None:
         if cluster:
             p.add_argument("--cluster", "-c", help="target cluster, or auto: the one that starts it soonest "
-                                                   "(default: the TrainJob's hpcbridge.io/cluster annotation, its "
+                                                   f"(default: the TrainJob's {CLUSTER_ANNOTATION} annotation, its "
                                                    "runtime's, else local)")
             p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
         p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
@@ -455,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rerun", action="store_true", help="run again a TrainJob whose job already finished "
                                                         "(without it, submitting a finished TrainJob is an error)")
     p.add_argument("--cluster", help="target cluster, or auto: the one that starts it soonest (default: the "
-                                     "TrainJob's hpcbridge.io/cluster annotation, its runtime's, else local)")
+                                     f"TrainJob's {CLUSTER_ANNOTATION} annotation, its runtime's, else local)")
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
     p.add_argument("--queue", help="Kubernetes: the Kueue LocalQueue the JobSet waits in (default: the TrainJob's "
                                    "kueue.x-k8s.io/queue-name label, else the cluster's spec.kubernetes.queue)")
@@ -487,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
 
     p = sub.add_parser("migrate", help="stop a job and run it again on another cluster, resuming from its "
-                                        "checkpoint directory (annotation hpcbridge.io/checkpoint-dir)")
+                                        f"checkpoint directory (annotation {CHECKPOINT_ANNOTATION})")
     p.add_argument("job", help="the job's id on its cluster")
     p.add_argument("--to", required=True, help="the cluster to run it on now")
     p.add_argument("--cluster", "-c", help="the job's cluster (default: $HPCBRIDGE_CLUSTER, or the only remote one)")

@@ -20,6 +20,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from bridge import tenancy
+from bridge.annotations import (
+    ARRAY_ANNOTATION,
+    CLUSTER_ANNOTATION,
+    KNOBS,
+    PREFIX,
+    SBATCH_PASSTHROUGH_PREFIX,
+    WORKDIR_ANNOTATION,
+)
 from bridge.api.cluster import (
     CONSTRAINT,
     DIRECTIVE_SAFE,
@@ -45,10 +53,6 @@ from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
 from bridge.shell import SHELL_ENV_NAME
 
-ANNOTATION_PREFIX = "hpcbridge.io/"
-CLUSTER_ANNOTATION = "hpcbridge.io/cluster"
-MIGRATE_ANNOTATION = "hpcbridge.io/migrate-to"
-SBATCH_PASSTHROUGH_PREFIX = "hpcbridge.io/sbatch."
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_CONTAINER = "node"
@@ -440,13 +444,13 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     annotations = dict(trainjob.metadata.annotations or {})
     options = backend_options(annotations, cluster, namespace, tenant)
     _check_privileged(options, cluster)
-    workdir = annotations.get(f"{ANNOTATION_PREFIX}workdir") or container.working_dir or cluster.spec.defaults.workdir
+    workdir = annotations.get(WORKDIR_ANNOTATION) or container.working_dir or cluster.spec.defaults.workdir
     if workdir is not None and not workdir:
-        raise InvalidSpec(f"metadata.annotations[{ANNOTATION_PREFIX}workdir]", workdir, "must not be empty")
+        raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", workdir, "must not be empty")
     if workdir is not None and cluster.spec.type != "kubernetes":
         # the working directory becomes '#SBATCH --chdir', a jobspec cwd or a local path
-        source = f"metadata.annotations[{ANNOTATION_PREFIX}workdir]" \
-            if annotations.get(f"{ANNOTATION_PREFIX}workdir") else \
+        source = f"metadata.annotations[{WORKDIR_ANNOTATION}]" \
+            if annotations.get(WORKDIR_ANNOTATION) else \
             f"runtime {runtime.name}: container node workingDir" if container.working_dir else \
             f"cluster {cluster.name}: spec.defaults.workdir"
         _check_directive_value(source, workdir)
@@ -982,9 +986,6 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
 
 # --- annotations → backend options ---------------------------------------------------------------------
 
-_KNOBS = ("partition", "account", "qos", "constraint", "exclusive", "array", "dependency", "output", "error",
-          "workdir", "cluster", "migrate-to", "migrate-signal", "migrate-reason", "checkpoint-dir", "slurm-job-name",
-          "slurm-gpus")
 #: how a converted batch script spelled its GPU request (``gres=gpu:2``): Slurm re-emits it, since
 #: Slurm's job environment differs by spelling (SLURM_GPUS_PER_NODE); other backends read the count
 SLURM_GPU_OPTIONS = ("gres", "gpus", "gpus-per-node")
@@ -995,10 +996,10 @@ def backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, name
     values: dict[str, Any] = {}
     extra: list[tuple[str, str]] = []
     for key, value in sorted(annotations.items()):
-        if not key.startswith(ANNOTATION_PREFIX):
+        if not key.startswith(PREFIX):
             continue
         where = f"metadata.annotations[{key}]"
-        knob = key[len(ANNOTATION_PREFIX):]
+        knob = key[len(PREFIX):]
         if key.startswith(SBATCH_PASSTHROUGH_PREFIX):
             # the parser builds sbatch's option table on import: only when an option is passed through
             from bridge.convert.sbatch.parse import check_passthrough
@@ -1012,8 +1013,8 @@ def backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, name
                 tenancy.check_passthrough(option, value, tenant)
             extra.append((option, value))
             continue
-        if knob not in _KNOBS:
-            raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; known: {', '.join(_KNOBS)}")
+        if knob not in KNOBS:
+            raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; known: {', '.join(KNOBS)}")
         if knob in ("partition", "account", "qos"):
             if not SLURM_NAME.fullmatch(value):
                 raise InvalidSpec(where, value, "must be a Slurm name: letters, digits and _ . + @ -")
@@ -1095,7 +1096,7 @@ def expand_array(value: str) -> tuple[list[int], int | None, int]:
         steps.append(int(step or 1))
         indices.extend(range(int(low), int(high or low) + 1, int(step or 1)))
         if len(indices) > MAX_EXPANDED_ARRAY:
-            raise InvalidSpec("metadata.annotations[hpcbridge.io/array]", value,
+            raise InvalidSpec(f"metadata.annotations[{ARRAY_ANNOTATION}]", value,
                               f"more than {MAX_EXPANDED_ARRAY - 1} elements; off Slurm each is a job of its own")
     ordered = list(dict.fromkeys(indices))
     return ordered, int(limit) if limit else None, steps[0] if len(steps) == 1 else 1

@@ -18,6 +18,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from bridge.annotations import (
+    ARRAY_ANNOTATION,
+    CHECKPOINT_ANNOTATION,
+    DEPENDENCY_ANNOTATION,
+    WORKDIR_ANNOTATION,
+)
 from bridge.errors import AlreadyRan, BackendRejected, BackendUnavailable, BridgeError, InvalidSpec
 
 if TYPE_CHECKING:
@@ -337,7 +343,7 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
 def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
                  adapter_for: Callable[[BridgeCluster], Adapter] | None,
                  tenancy: TenantRequest | None = None) -> Prepared:
-    from bridge.plan import ANNOTATION_PREFIX, resolve
+    from bridge.plan import resolve
 
     tenant = None
     if tenancy is not None:
@@ -346,7 +352,7 @@ def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
         tenant = tenants.tenant_for(target, tenancy)
         target = tenants.as_tenant(target, tenant)
     if target.spec.type != "kubernetes":
-        trainjob = _workdir_relative_to_file(trainjob, source.path, f"{ANNOTATION_PREFIX}workdir")
+        trainjob = _workdir_relative_to_file(trainjob, source.path, WORKDIR_ANNOTATION)
     adapter = (adapter_for or get_adapter)(target)
     plan = resolve(trainjob, runtime, adapter.cluster, tenant)
     notes = source.notes
@@ -543,12 +549,12 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
         return []
     held = next((p for p in batch if p.waits_for), None)
     if held is not None:
-        raise InvalidSpec("metadata.annotations[hpcbridge.io/dependency]", held.waits_for,
+        raise InvalidSpec(f"metadata.annotations[{DEPENDENCY_ANNOTATION}]", held.waits_for,
                           f"cluster {held.adapter.cluster.name} keeps no dependencies: hpcbridge submit waits for "
                           "them, which this path does not do")
     array = next((p for p in batch if p.elements), None)
     if array is not None:
-        raise InvalidSpec("metadata.annotations[hpcbridge.io/array]", array.plan.options.array,
+        raise InvalidSpec(f"metadata.annotations[{ARRAY_ANNOTATION}]", array.plan.options.array,
                           f"cluster {array.adapter.cluster.name} has no job arrays: its elements are sent one by one "
                           "(hpcbridge submit), which this path does not do")
     adapter = batch[0].adapter
@@ -717,9 +723,8 @@ def cancel_ref(adapter: Adapter, ref: JobRef, signal: str | None = None, grace_s
     retry.call(lambda: adapter.cancel(ref, signal=name, grace_seconds=grace_seconds))
 
 
-#: where a migrated job finds the checkpoint to resume from, and the annotation that declares it
+#: where a migrated job finds the checkpoint to resume from (the annotation CHECKPOINT_ANNOTATION declares it)
 RESUME_ENV = "HPCBRIDGE_RESUME_FROM"
-CHECKPOINT_ANNOTATION = "hpcbridge.io/checkpoint-dir"
 
 
 def parse_stop_signal(text: str) -> tuple[str, float]:

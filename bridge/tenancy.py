@@ -17,11 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bridge.annotations import PREFIX, SBATCH_PASSTHROUGH_PREFIX, TENANT_LABEL
 from bridge.api.cluster import BridgeCluster, Tenant
 from bridge.errors import InvalidSpec
-
-#: on an overlay cluster's metadata: the tenant it acts for (adapters and credentials are kept per tenant)
-TENANT_LABEL = "hpcbridge.io/tenant"
 
 #: sbatch options a TrainJob from Kubernetes may pass through (``hpcbridge.io/sbatch.<option>``): those that
 #: shape the job inside what its identity and mapping already allow. Anything that picks where or as whom it
@@ -107,7 +105,7 @@ def tenant_of(cluster: BridgeCluster) -> str | None:
 def check_passthrough(option: str, value: str, tenant: Tenant) -> None:
     """An ``hpcbridge.io/sbatch.<option>`` from a tenant's TrainJob: only the documented allowlist."""
     if option not in TENANT_SBATCH_OPTIONS:
-        raise InvalidSpec(f"metadata.annotations[hpcbridge.io/sbatch.{option}]", value,
+        raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{option}]", value,
                           f"--{option} is not among the sbatch options a TrainJob from Kubernetes may pass (tenant "
                           f"{tenant.name}); allowed: {', '.join(sorted(TENANT_SBATCH_OPTIONS))}")
 
@@ -116,7 +114,7 @@ def choose(knob: str, asked: str | None, allowed: list[str], default: str | None
            cluster: BridgeCluster) -> str | None:
     """A tenant's account, partition or QOS: one of *allowed* (the first by default), else the cluster's
     *default* with no choice."""
-    where = f"metadata.annotations[hpcbridge.io/{knob}]"
+    where = f"metadata.annotations[{PREFIX}{knob}]"
     if allowed:
         if asked is None:
             return allowed[0]

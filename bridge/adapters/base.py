@@ -19,9 +19,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from bridge.annotations import PREFIX, SBATCH_PASSTHROUGH_PREFIX
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import InvalidSpec, Unsupported
-from bridge.plan import ANNOTATION_PREFIX, SBATCH_PASSTHROUGH_PREFIX, LaunchPlan
+from bridge.plan import LaunchPlan
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ class Adapter(ABC):
         declared = {option.name for option in self.options}
         for name, value in set_options(plan):
             if name not in declared:
-                knob = f"{SBATCH_PASSTHROUGH_PREFIX}{value[0]}" if name == "sbatch" else f"{ANNOTATION_PREFIX}{name}"
+                knob = f"{SBATCH_PASSTHROUGH_PREFIX}{value[0]}" if name == "sbatch" else f"{PREFIX}{name}"
                 shown = value[1] if name == "sbatch" else value
                 known = ", ".join(sorted(declared)) or "none"
                 raise InvalidSpec(f"metadata.annotations[{knob}]", shown,

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from bridge.annotations import GENERATED_FROM_ANNOTATION
 from bridge.api.cluster import BridgeCluster
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import MANAGED_BY_VALUES, TrainJob
@@ -126,7 +127,7 @@ def crd(model: type[BaseModel], group: str, kind: str, plural: str, scope: str, 
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}",
-                     "annotations": {"hpcbridge.io/generated-from": f"bridge.api {model.__name__}"}},
+                     "annotations": {GENERATED_FROM_ANNOTATION: f"bridge.api {model.__name__}"}},
         "spec": {"group": group, "scope": scope,
                  "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
                            "shortNames": short},

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import copy
 
+from bridge.annotations import CLUSTER_ANNOTATION, PARTITION_ANNOTATION
+
 #: the runtime patch Kueue writes (and only Kueue may change)
 KUEUE_MANAGER = "kueue.x-k8s.io/manager"
 #: flavor nodeLabels that place an admitted TrainJob, and the annotation each becomes
-PLACEMENT_LABELS = {"hpcbridge.io/cluster": "hpcbridge.io/cluster", "hpcbridge.io/partition": "hpcbridge.io/partition"}
+PLACEMENT_LABELS = {CLUSTER_ANNOTATION: CLUSTER_ANNOTATION, PARTITION_ANNOTATION: PARTITION_ANNOTATION}
 
 
 def admitted_placement(doc: dict) -> dict[str, str]:

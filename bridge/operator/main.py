@@ -14,20 +14,18 @@ from collections.abc import Sequence
 
 import kopf
 
+from bridge.annotations import CLUSTER_ANNOTATION, FINALIZER, MIGRATE_ANNOTATION, OPERATOR_PREFIX
 from bridge.errors import InvalidSpec
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.metrics import Metrics, read_token
 from bridge.operator.reconciler import (
-    MIGRATE_ANNOTATION,
-    OPERATOR_PREFIX,
     Permanent,
     Reconciler,
     Temporary,
     Timing,
 )
-from bridge.plan import CLUSTER_ANNOTATION, MANAGED_BY_BRIDGE
+from bridge.plan import MANAGED_BY_BRIDGE
 
-FINALIZER = "hpcbridge.io/finalizer"
 _reconciler: Reconciler | None = None
 
 

@@ -17,25 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge import service
+from bridge.annotations import (
+    CLUSTER_ANNOTATION,
+    HISTORY_ANNOTATION,
+    JOB_CLUSTER_ANNOTATION,
+    JOB_ID_ANNOTATION,
+    MIGRATE_ANNOTATION,
+    MIGRATE_REASON_ANNOTATION,
+    MIGRATE_SIGNAL_ANNOTATION,
+)
 from bridge.errors import BackendRejected, BridgeError, InvalidSpec
 from bridge.operator import conditions as cond
 from bridge.operator.metrics import Metrics
-from bridge.plan import CLUSTER_ANNOTATION, MANAGED_BY_BRIDGE
+from bridge.plan import MANAGED_BY_BRIDGE
 
 log = logging.getLogger("hpcbridge.operator")
-
-#: what the operator writes on TrainJobs: a prefix of its own, apart from the hpcbridge.io/ knobs users set
-#: (the plan refuses hpcbridge.io/ annotations it does not know)
-OPERATOR_PREFIX = "operator.hpcbridge.io/"
-#: where the TrainJob records its backend job, so a restarted operator, `kubectl` and the CLI find it
-JOB_ID_ANNOTATION = f"{OPERATOR_PREFIX}job-id"
-JOB_CLUSTER_ANNOTATION = f"{OPERATOR_PREFIX}job-cluster"
-#: every move of the TrainJob between clusters, a JSON list (hpcbridge migrate's history entries)
-HISTORY_ANNOTATION = f"{OPERATOR_PREFIX}history"
-#: what a user sets to move a running TrainJob: the target cluster, and optionally the stop signal and why
-MIGRATE_ANNOTATION = "hpcbridge.io/migrate-to"
-MIGRATE_SIGNAL_ANNOTATION = "hpcbridge.io/migrate-signal"
-MIGRATE_REASON_ANNOTATION = "hpcbridge.io/migrate-reason"
 
 
 class Permanent(Exception):
@@ -675,4 +671,4 @@ class Reconciler:
 
 def _target(body: dict) -> str:
     """The cluster a TrainJob names (for metrics when it could not be resolved), else "none"."""
-    return ((body.get("metadata") or {}).get("annotations") or {}).get("hpcbridge.io/cluster") or "none"
+    return ((body.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ANNOTATION) or "none"

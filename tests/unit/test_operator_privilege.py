@@ -124,7 +124,8 @@ def _adapter(core: FakeCore):
 
 def test_remove_deletes_the_jobsets_ssh_secret_by_name_and_only_its_own() -> None:
     from bridge.adapters.base import JobRef
-    from bridge.adapters.kubernetes.render import UID_LABEL, ssh_secret_name
+    from bridge.adapters.kubernetes.render import ssh_secret_name
+    from bridge.annotations import UID_LABEL
 
     name = ssh_secret_name("train", "u-1")
     core = FakeCore({name: {"uid": "s-1", "labels": {UID_LABEL: "u-1"}}})

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from bridge.adapters.base import Identity
-from bridge.adapters.kubernetes import UID_LABEL, KubernetesAdapter
+from bridge.adapters.kubernetes import KubernetesAdapter
+from bridge.annotations import UID_LABEL
 from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster

@@ -11,6 +11,7 @@ from typing import Any
 
 from bridge import __version__
 from bridge.adapters.flux.validate import validate_jobspec
+from bridge.annotations import CONSTRAINT_ANNOTATION, PREFIX, WORKDIR_ANNOTATION
 from bridge.errors import InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
@@ -82,7 +83,7 @@ def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]
     }
     if plan.workdir:
         if not plan.workdir.startswith("/"):
-            raise InvalidSpec("metadata.annotations[hpcbridge.io/workdir]", plan.workdir,
+            raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", plan.workdir,
                               "Flux needs an absolute working directory")
         system["cwd"] = plan.workdir
     if plan.options.partition:
@@ -95,7 +96,7 @@ def _system(plan: LaunchPlan, base_env: dict[str, str] | None) -> dict[str, Any]
                                   (item.split(":") for item in plan.options.dependency.split(",")) for job in jobs]
     if plan.options.constraint:
         system["constraints"] = {"properties": _properties(plan.options.constraint)}
-    output = {stream: {"type": "file", "path": _flux_path(f"metadata.annotations[hpcbridge.io/{option}]", path)}
+    output = {stream: {"type": "file", "path": _flux_path(f"metadata.annotations[{PREFIX}{option}]", path)}
               for stream, option, path in (("stdout", "output", plan.options.output),
                                            ("stderr", "error", plan.options.error)) if path}
     if output:
@@ -108,7 +109,7 @@ def _properties(constraint: str) -> list[str]:
     features = constraint.split("&")
     if not all(feature and feature.replace("-", "").replace("_", "").replace(".", "").isalnum()
                for feature in features):
-        raise InvalidSpec("metadata.annotations[hpcbridge.io/constraint]", constraint,
+        raise InvalidSpec(f"metadata.annotations[{CONSTRAINT_ANNOTATION}]", constraint,
                           "Flux takes node properties joined by & (no |, brackets or counts)")
     return features
 

@@ -29,15 +29,19 @@ from bridge.adapters.base import (
 )
 from bridge.adapters.kubernetes.policy import check_pod_policy
 from bridge.adapters.kubernetes.render import (
-    ACCOUNT_LABEL,
-    FEATURE_LABEL_PREFIX,
     JOBSET_API,
-    PARTITION_LABEL,
     POD_GROUP_API,
-    UID_LABEL,
     jobset_name,
     render_manifests,
     ssh_secret_name,
+)
+from bridge.annotations import (
+    ACCOUNT_ANNOTATION,
+    CANCELLED_ANNOTATION,
+    FEATURE_LABEL_PREFIX,
+    KEYS_ANNOTATION,
+    PARTITION_ANNOTATION,
+    UID_LABEL,
 )
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import ANCESTOR_LABEL, QUEUE_LABEL, LaunchPlan
@@ -50,8 +54,6 @@ KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 _POD_GROUP_APIS = {f"{group}/{version}": (group, version, plural) for group, version, plural in POD_GROUP_API.values()}
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-#: a cancelled job's JobSet is suspended and carries this mark: it stays as the record (state Cancelled)
-CANCELLED_ANNOTATION = "hpcbridge.io/cancelled"
 #: how the Job controller words a FailJob rule's match (pkg/controller/job/pod_failure_policy.go)
 _EXIT_CODE_MESSAGE = re.compile(r"\bfailed with exit code (\d+)\b")
 
@@ -120,10 +122,10 @@ class KubernetesAdapter(Adapter):
     # signals: stopping pods sends SIGTERM, then SIGKILL after their grace period; no other signal
     capabilities = Capabilities(signals=False, unique_names=True)
     options = (
-        OptionSpec("partition", f"nodeSelector {PARTITION_LABEL}: <partition>"),
+        OptionSpec("partition", f"nodeSelector {PARTITION_ANNOTATION}: <partition>"),
         OptionSpec("constraint", f"nodeSelector {FEATURE_LABEL_PREFIX}<feature>: \"true\" per &-joined feature"),
         OptionSpec("qos", "priorityClassName"),
-        OptionSpec("account", f"label {ACCOUNT_LABEL} on the JobSet and its pods"),
+        OptionSpec("account", f"label {ACCOUNT_ANNOTATION} on the JobSet and its pods"),
         OptionSpec("exclusive", "pod anti-affinity: no other hpc-bridge pod on the same node"),
     )
 
@@ -212,7 +214,7 @@ class KubernetesAdapter(Adapter):
             kind = obj["kind"]
             if kind == "Secret" and obj.get("type") == "kubernetes.io/ssh-auth":
                 obj["data"] = _ssh_secret_data(plan.name)  # keys are made here, never rendered or logged
-                obj["metadata"].get("annotations", {}).pop("hpcbridge.io/ssh-keys", None)
+                obj["metadata"].get("annotations", {}).pop(KEYS_ANNOTATION, None)
                 self._create(core.create_namespaced_secret, namespace, obj, "create secret",
                              core.read_namespaced_secret)
             elif kind == "ConfigMap":

@@ -14,6 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.adapters.kubernetes.policy import check_pod_policy
+from bridge.annotations import (
+    ACCOUNT_ANNOTATION,
+    CONSTRAINT_ANNOTATION,
+    FEATURE_LABEL_PREFIX,
+    KEYS_ANNOTATION,
+    PARTITION_ANNOTATION,
+    PREFIX,
+    QOS_ANNOTATION,
+    UID_LABEL,
+)
 from bridge.api.cluster import PodPolicy
 from bridge.api.loader import dump_yaml
 from bridge.api.names import check_labels
@@ -37,9 +47,7 @@ from bridge.plan import (
 )
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-UID_LABEL = "hpcbridge.io/uid"
 NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
-KEYS_ANNOTATION = "hpcbridge.io/ssh-keys"
 #: Secret keys of the job's sshd host keypair, beside Kubeflow's ssh-privatekey / ssh-publickey (the client's):
 #: every pod's sshd presents it and known_hosts pins it, so no host key is ever accepted unseen
 HOST_KEY_SECRET_KEY = "hpcbridge-host-key"
@@ -49,10 +57,6 @@ HOSTFILE_PATH = "/etc/mpi/hostfile"
 _LAUNCHED = frozenset({*MPI_LAUNCHERS, Launcher.TORCHRUN, Launcher.PLAIN, Launcher.SCRIPT})
 #: the nodes reach each other over the job's sshd: MPI ranks, and a batch script's steps (the srun shim)
 _OVER_SSH = frozenset({*MPI_LAUNCHERS, Launcher.SCRIPT})
-#: the Slurm-shaped knobs on Kubernetes: partitions and features are node labels, accounts a label for chargeback
-PARTITION_LABEL = "hpcbridge.io/partition"
-FEATURE_LABEL_PREFIX = "feature.hpcbridge.io/"
-ACCOUNT_LABEL = "hpcbridge.io/account"
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
@@ -278,14 +282,14 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
             _join_gang(plan, target.name, pod_meta, _pod_spec(job))
         _place(_pod_spec(job), placement)
         if plan.options.account:
-            pod_meta["labels"][ACCOUNT_LABEL] = plan.options.account
+            pod_meta["labels"][ACCOUNT_ANNOTATION] = plan.options.account
     if plan.image_map or plan.image_pull_policy:
         _cluster_images(plan, jobs)
     spec["suspend"] = bool(plan.suspend)  # stated either way, as Kubeflow's controller does
     # the JobSet's own metadata as Kubeflow gives it (runtime template, then runtime patches), plus identity
     labels = {**dict(plan.jobset_metadata.get("labels") or {}), **_labels(plan)}
     if plan.options.account:
-        labels[ACCOUNT_LABEL] = plan.options.account
+        labels[ACCOUNT_ANNOTATION] = plan.options.account
     if plan.queue:
         labels[QUEUE_LABEL] = plan.queue  # Kueue suspends the JobSet at creation and admits it from this queue
     _check_labels("metadata.labels", labels)
@@ -327,19 +331,19 @@ def _placement(plan: LaunchPlan) -> dict[str, Any]:
     options = plan.options
     for knob, value in (("partition", options.partition), ("account", options.account)):
         if value and not _LABEL_NAME.fullmatch(value):
-            raise InvalidSpec(f"metadata.annotations[hpcbridge.io/{knob}]", value,
+            raise InvalidSpec(f"metadata.annotations[{PREFIX}{knob}]", value,
                               "on Kubernetes this is a label value: letters, digits, - _ . (63 at most)")
     if options.qos and not _DNS_SUBDOMAIN.fullmatch(options.qos):
-        raise InvalidSpec("metadata.annotations[hpcbridge.io/qos]", options.qos,
+        raise InvalidSpec(f"metadata.annotations[{QOS_ANNOTATION}]", options.qos,
                           "on Kubernetes this is a PriorityClass name: lowercase letters, digits, - and .")
     selector: dict[str, str] = {}
     if options.partition:
-        selector[PARTITION_LABEL] = options.partition
+        selector[PARTITION_ANNOTATION] = options.partition
     if options.constraint:
         features = options.constraint.split("&")
         for feature in features:
             if not _LABEL_NAME.fullmatch(feature):
-                raise InvalidSpec("metadata.annotations[hpcbridge.io/constraint]", options.constraint,
+                raise InvalidSpec(f"metadata.annotations[{CONSTRAINT_ANNOTATION}]", options.constraint,
                                   "Kubernetes takes node features joined by & (each a label name; no |, brackets "
                                   "or counts)")
             selector[f"{FEATURE_LABEL_PREFIX}{feature}"] = "true"

@@ -10,6 +10,7 @@ import os
 import re
 
 from bridge import __version__
+from bridge.annotations import SLURM_GPUS_ANNOTATION, UID_COMMENT_PREFIX
 from bridge.api.names import has_control
 from bridge.convert.sbatch.values import slurm_time
 from bridge.errors import InvalidSpec
@@ -40,8 +41,6 @@ ENV_FD = 3
 TENANT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: names sbatch silently drops from an --export-file (Slurm's env.c): refused rather than lost
 _EXPORT_FILE_DROPS = ("DISPLAY", "ENVIRONMENT", "HOSTNAME")
-#: prefix of the comment every job carries; the uid after it makes submit idempotent
-COMMENT_PREFIX = "hpcbridge.io/uid="
 
 
 _OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*")
@@ -70,7 +69,7 @@ def tasks_per_node(plan: LaunchPlan) -> int:
 
 def identity_comment(uid: str, user: str | None) -> str:
     """The user's comment, if any, with hpc-bridge's identity appended (never replacing it)."""
-    return f"{user} {COMMENT_PREFIX}{uid}" if user else f"{COMMENT_PREFIX}{uid}"
+    return f"{user} {UID_COMMENT_PREFIX}{uid}" if user else f"{UID_COMMENT_PREFIX}{uid}"
 
 
 def job_comment(plan: LaunchPlan) -> str:
@@ -78,7 +77,7 @@ def job_comment(plan: LaunchPlan) -> str:
     return identity_comment(plan.uid, dict(plan.options.sbatch_extra).get("comment"))
 
 
-_COMMENT_UID = re.compile(rf"(?:^|\s){re.escape(COMMENT_PREFIX)}(\S+)\s*$")
+_COMMENT_UID = re.compile(rf"(?:^|\s){re.escape(UID_COMMENT_PREFIX)}(\S+)\s*$")
 
 
 def comment_uid(comment: str) -> str | None:
@@ -88,7 +87,7 @@ def comment_uid(comment: str) -> str | None:
     if match:
         return match.group(1)
     head = comment.split(" ", 1)[0]
-    return head[len(COMMENT_PREFIX):] or None if head.startswith(COMMENT_PREFIX) else None
+    return head[len(UID_COMMENT_PREFIX):] or None if head.startswith(UID_COMMENT_PREFIX) else None
 
 
 def job_env(plan: LaunchPlan, slurm_conf: str | None = None) -> dict[str, str] | None:
@@ -162,7 +161,7 @@ def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
         option, _, value = knobs.slurm_gpus.partition("=")
         spelled = _spelled_gpus_per_node(option, value, plan.nodes)
         if gpus and spelled is not None and spelled != gpus:
-            raise InvalidSpec("metadata.annotations[hpcbridge.io/slurm-gpus]", knobs.slurm_gpus,
+            raise InvalidSpec(f"metadata.annotations[{SLURM_GPUS_ANNOTATION}]", knobs.slurm_gpus,
                               f"asks Slurm for {spelled} GPUs per node but resourcesPerNode says {gpus}; "
                               "change or remove the annotation")
         return option, value

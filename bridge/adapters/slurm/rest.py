@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 
 from bridge.adapters.slurm.render import DEFAULT_OUTPUT, job_comment, render_script, tasks_per_node
+from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX, WORKDIR_ANNOTATION
 from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
 from bridge.plan import LaunchPlan
 
@@ -26,12 +27,12 @@ BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """The v0.0.38 ``job`` object equivalent to the batch script's directives."""
     if not plan.workdir or not plan.workdir.startswith("/"):
-        raise InvalidSpec("metadata.annotations[hpcbridge.io/workdir]", plan.workdir,
+        raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", plan.workdir,
                           "slurmrestd needs an absolute working directory (there is no submitting shell)")
     extra = [name for name, _ in plan.options.sbatch_extra if name != "comment"]
     if extra:
         names = ", ".join(extra)
-        raise InvalidSpec("metadata.annotations", names, "hpcbridge.io/sbatch.* pass-through options cannot be "
+        raise InvalidSpec("metadata.annotations", names, f"{SBATCH_PASSTHROUGH_PREFIX}* pass-through options cannot be "
                                                          "expressed over slurmrestd; use the local or ssh transport")
     job: dict[str, Any] = {
         "name": plan.options.slurm_job_name or plan.name,

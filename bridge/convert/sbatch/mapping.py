@@ -18,6 +18,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bridge.annotations import (
+    EXCLUSIVE_ANNOTATION,
+    PREFIX,
+    SBATCH_PASSTHROUGH_PREFIX,
+    SLURM_GPUS_ANNOTATION,
+    SLURM_JOB_NAME_ANNOTATION,
+)
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
 from bridge.api.loader import invalid_from_validation
 from bridge.api.runtime import ClusterTrainingRuntime
@@ -34,7 +41,7 @@ from bridge.convert.sbatch.values import (
     time_seconds,
 )
 from bridge.errors import InvalidSpec
-from bridge.plan import ANNOTATION_PREFIX, SBATCH_PASSTHROUGH_PREFIX, backend_options
+from bridge.plan import backend_options
 
 #: the ClusterTrainingRuntime converted scripts reference (see ``sbatch_runtime``)
 SBATCH_RUNTIME = "sbatch-script"
@@ -219,7 +226,7 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
         value = request.get(option)
         if value is None:
             continue
-        key = f"{ANNOTATION_PREFIX}{knob}"
+        key = f"{PREFIX}{knob}"
         problem = _plan_problem(key, value)
         if problem is None:
             conv.annotations[key] = value
@@ -229,7 +236,7 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
     if "exclusive" in request:
         value = request.get("exclusive")
         if value is None or value.lower() == "exclusive":
-            conv.annotations[f"{ANNOTATION_PREFIX}exclusive"] = "true"
+            conv.annotations[EXCLUSIVE_ANNOTATION] = "true"
         else:
             conv.passthrough("exclusive", value, "only whole-node --exclusive has an annotation")
 
@@ -265,8 +272,8 @@ def _name(conv: _Conversion, name: str | None) -> str:
         conv.report.append(f"job name {wanted!r} is not an RFC 1035 label; the TrainJob is named {label!r}")
     if wanted != label and (job_name is not None or name is None):
         # Slurm keeps the name sbatch would give (squeue --name, singleton dependencies, %x in file names)
-        conv.annotate("job-name", f"{ANNOTATION_PREFIX}slurm-job-name", wanted)
-        conv.report.append(f"job name {wanted!r}: kept for Slurm as {ANNOTATION_PREFIX}slurm-job-name")
+        conv.annotate("job-name", SLURM_JOB_NAME_ANNOTATION, wanted)
+        conv.report.append(f"job name {wanted!r}: kept for Slurm as {SLURM_JOB_NAME_ANNOTATION}")
     return label
 
 
@@ -309,9 +316,9 @@ def _gpus_per_node(conv: _Conversion, nodes_fixed: int | None) -> int | None:
                              "a job-wide GPU count with no fixed per-node share (no per-node GPU request)")
     if spelling is not None:
         conv.annotate("gres" if spelling.startswith("gres") else spelling.split("=")[0],
-                      f"{ANNOTATION_PREFIX}slurm-gpus", spelling)
+                      SLURM_GPUS_ANNOTATION, spelling)
         conv.report.append(f"--{spelling}: {GPU_RESOURCE}: {per_node} per node; Slurm keeps the spelling "
-                           f"({ANNOTATION_PREFIX}slurm-gpus)")
+                           f"({SLURM_GPUS_ANNOTATION})")
     return per_node
 
 
@@ -342,7 +349,7 @@ def apply_flags(trainjob: TrainJob, flags: SbatchRequest) -> tuple[TrainJob, lis
             doc["spec"][key] = frag["spec"][key]
     annotations = doc["metadata"].setdefault("annotations", {})
     annotations.update({k: v for k, v in (frag["metadata"].get("annotations") or {}).items()
-                        if k.startswith("hpcbridge.io/")})
+                        if k.startswith(PREFIX)})
     if "job-name" in flags:
         doc["metadata"]["name"] = frag["metadata"]["name"]
     return TrainJob.model_validate(doc), report
