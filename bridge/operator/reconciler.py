@@ -77,7 +77,8 @@ class Timing:
 
 
 class ClusterSync:
-    """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle."""
+    """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle. Nothing runs until
+    ``start``: a sync can be built and driven one cycle at a time (the unit tests do)."""
 
     def __init__(self, cluster_name: str, adapter, api, timing: Timing, metrics: Metrics | None = None) -> None:
         self.cluster_name, self.adapter, self.api, self.timing = cluster_name, adapter, api, timing
@@ -94,8 +95,11 @@ class ClusterSync:
         self.lagging: dict[str, float] = {}
         self.journal_events = 0
         self.thread = threading.Thread(target=self._loop, name=f"sync-{cluster_name}", daemon=True)
-        self.thread.start()
         self.watcher = threading.Thread(target=self._watch, name=f"journal-{cluster_name}", daemon=True)
+
+    def start(self) -> None:
+        """Start the poll loop and the journal watcher (once)."""
+        self.thread.start()
         self.watcher.start()
 
     def track(self, item: Tracked) -> None:
@@ -650,6 +654,7 @@ class Reconciler:
             sync = self.syncs.get(cluster)
             if sync is None:
                 sync = self.syncs[cluster] = ClusterSync(cluster, adapter, self.api, self.timing, self.metrics)
+                sync.start()
             return sync
 
     def _refuse(self, item: Tracked, reason: str, message: str) -> None:

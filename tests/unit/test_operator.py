@@ -70,11 +70,29 @@ class FakeAdapter:
         pass
 
 
+def test_a_sync_starts_no_thread_until_started() -> None:
+    sync = ClusterSync("hpc", FakeAdapter(), FakeApi(), Timing(fast=60, slow=60, outage_retry=60))
+    assert sync.thread.ident is None and sync.watcher.ident is None  # built, not running
+    sync.start()
+    try:
+        assert sync.thread.ident is not None and sync.watcher.ident is not None
+    finally:
+        sync.stop()
+        sync.thread.join(timeout=5)
+    # the reconciler starts the sync it makes for a cluster
+    from bridge.operator.reconciler import Reconciler
+
+    reconciler = Reconciler(FakeApi())
+    try:
+        made = reconciler._sync("hpc", FakeAdapter())
+        assert made.thread.ident is not None and made.watcher.ident is not None
+    finally:
+        reconciler.shutdown()
+
+
 def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -> None:
     api, adapter = FakeApi(), FakeAdapter()
-    sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))
-    sync.stop()
-    sync.thread.join(timeout=5)
+    sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))  # not started: driven here
     items = [Tracked("ns", f"job-{i}", f"uid-{i}", JobRef("hpc", "slurm", str(i), f"uid-{i}", f"job-{i}"), [])
              for i in range(3)]
     for item in items:
@@ -234,6 +252,7 @@ def test_a_journal_event_wakes_the_loop_and_a_lagging_listing_is_polled_again_so
     adapter.states["f1"] = JobState.RUNNING
     # polls every 60 s on its own: only the journal can make it prompt
     sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))
+    sync.start()
     try:
         sync.track(item)
         deadline = time.monotonic() + 10
