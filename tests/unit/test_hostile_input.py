@@ -25,13 +25,13 @@ from bridge.adapters.flux.render import batch_script
 from bridge.adapters.kubernetes.render import render_objects
 from bridge.adapters.slurm.render import directive_value, render_script
 from bridge.api.catalog import builtin_runtimes, load_clusters
-from bridge.api.cluster import BridgeCluster
 from bridge.api.loader import MAX_INPUT_BYTES, load_documents, parse_object
 from bridge.convert.sbatch import tokenize_directive
 from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
 from bridge.service import Input, prepare, read_input
 from bridge.shell import comment, join, quote
+from tests.harness.builders import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mpi-allreduce.yaml"
@@ -48,11 +48,6 @@ def trainjob_doc(**meta) -> dict:
         metadata["annotations"] = annotations
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": metadata,
             "spec": {"runtimeRef": {"name": RUNTIME}, "trainer": trainer, **spec_extra}}
-
-
-def cluster(kind: str = "slurm", name: str = "hpc", **spec) -> BridgeCluster:
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": name}, "spec": {"type": kind, **spec}})
 
 
 def plan_for(doc: dict, kind: str = "slurm", **cluster_spec):

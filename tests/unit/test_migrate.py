@@ -8,8 +8,8 @@ import yaml
 
 from bridge import service
 from bridge.adapters.base import JobState
-from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendUnavailable, InvalidSpec
+from tests.harness.builders import cluster
 from tests.unit.test_service import TRAINJOB, FakeBackend
 
 CHECKPOINTED = TRAINJOB.replace("metadata: {name: fake-job, namespace: team}",
@@ -38,9 +38,7 @@ def clusters(monkeypatch, tmp_path):
         return adapters.setdefault(cluster.name, Recording(cluster))
 
     monkeypatch.setattr(service, "get_adapter", adapter_for)
-    configured = {name: BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                                      "metadata": {"name": name}, "spec": {"type": "slurm"}})
-                  for name in ("a", "b")}
+    configured = {name: cluster(name=name) for name in ("a", "b")}
     return configured, adapters
 
 

@@ -15,6 +15,7 @@ from bridge.adapters.kubernetes import capacity as kube_capacity
 from bridge.adapters.slurm import sinfo
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendUnavailable, InvalidSpec
+from tests.harness.builders import cluster
 from tests.unit.test_service import TRAINJOB, FakeBackend
 
 # sinfo -O as Slurm 22.05 prints it for the test cluster, with node3 busy, node4 drained, node2 half used
@@ -87,9 +88,7 @@ def test_kubernetes_nodes_less_running_pods_against_one_trainer_pod() -> None:
 
 
 def _clusters(*names: str) -> dict[str, BridgeCluster]:
-    return {name: BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                                "metadata": {"name": name}, "spec": {"type": "slurm"}})
-            for name in names}
+    return {name: cluster(name=name) for name in names}
 
 
 def place(free: dict[str, int | Exception], nodes: int = 2) -> service.Prepared:
@@ -135,8 +134,7 @@ def test_clusters_that_cannot_run_or_answer_are_passed_over_and_none_left_is_exi
 
 
 def test_local_is_a_candidate_only_when_nothing_else_is_configured() -> None:
-    local = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                          "metadata": {"name": "local"}, "spec": {"type": "local"}})
+    local = cluster("local", "local")
     source = service.read_input("-", stdin=TRAINJOB)
     only_local = service.prepare(source, cluster="auto", configured={"local": local})
     assert only_local.plan.cluster == "local" and only_local.notes[0] == "placement: chose local (starts now)"

@@ -8,9 +8,9 @@ import pytest
 
 from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
-from bridge.api.cluster import BridgeCluster
 from bridge.errors import InvalidSpec
 from bridge.plan import Launcher, derive_uid, find_runtime, resolve, select_cluster
+from tests.harness.builders import cluster
 
 RUNTIME = """
 apiVersion: trainer.kubeflow.org/v1alpha1
@@ -35,11 +35,6 @@ spec:
                       env: [{name: A, value: runtime}, {name: B, value: runtime}]
                       resources: {requests: {cpu: "2", memory: 1Gi}, limits: {nvidia.com/gpu: "4"}}
 """
-
-
-def cluster(kind="slurm", name="hpc", **spec):
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": name}, "spec": {"type": kind, **spec}})
 
 
 def trainjob(**trainer):

@@ -10,14 +10,10 @@ from bridge import service, tenancy
 from bridge.adapters.base import JobRef, JobState, JobStatus
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import InvalidSpec
+from tests.harness.builders import cluster
 
 UID_A = "0b4c1f7e-0000-4000-8000-00000000000a"
 UID_B = "0b4c1f7e-0000-4000-8000-00000000000b"
-
-
-def cluster(name: str = "hpc", kind: str = "slurm", **spec) -> BridgeCluster:
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": name}, "spec": {"type": kind, **spec}})
 
 
 TENANTS = [
@@ -331,7 +327,7 @@ def test_migrating_with_a_forged_job_id_moves_nothing_of_another_tenant(two_tena
     backend, reconciler = two_tenants
     body = trainjob_body("team-b", "0b4c1f7e-0000-4000-8000-0000000000ff",
                          {**FORGED, "hpcbridge.io/migrate-to": "other", "hpcbridge.io/checkpoint-dir": "/ckpt"})
-    reconciler.api._clusters["other"] = cluster("other", tenants=[{"name": "b", "namespaces": ["team-b"],
+    reconciler.api._clusters["other"] = cluster(name="other", tenants=[{"name": "b", "namespaces": ["team-b"],
                                                                    "user": "bob"}])
     result = reconciler.migrate(body)
     assert backend.cancelled == [] and result == {"hpcbridge.io/migrate-to": None, "hpcbridge.io/cluster": "other"}
