@@ -500,7 +500,7 @@ class BridgeClusterSpec(WireModel):
                     raise ValueError(f"{where}: a Flux tenant has user and accounts (banks) only")
                 if self.flux and self.flux.user and self.flux.user != tenant.user:
                     raise ValueError(f"{where}: user {tenant.user} is not the instance's owner {self.flux.user}")
-            if transport == "ssh" and not credentials.key_secret_ref:
+            if transport == "ssh" and tenant.user and not credentials.key_secret_ref:
                 raise ValueError(f"{where}: credentials.keySecretRef is required over ssh (the key that logs in as "
                                  f"{tenant.user})")
             if credentials.key_secret_ref and transport != "ssh":

@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from bridge import tenancy
 from bridge.adapters.base import Identity
 from bridge.adapters.kubernetes import KubernetesAdapter
 from bridge.annotations import UID_LABEL
 from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
-from bridge.api.cluster import BridgeCluster
+from bridge.api.cluster import BridgeCluster, Tenant
 from bridge.errors import BackendRejected, InvalidSpec
 from bridge.plan import find_runtime, resolve
 from tests.unit.test_render_golden import CASES
@@ -40,13 +41,25 @@ def trainjob(pod: dict | None = None, *, name: str = "train", namespace: str = "
                                           "metadata": metadata, "spec": spec}))[0]
 
 
+def as_tenant(on: BridgeCluster, namespace: str) -> tuple[BridgeCluster, Tenant | None]:
+    """A cluster with a namespace of its own (``shared``) as the operator uses it: for the tenant of the
+    TrainJob's *namespace*, whose JobSets the admin maps there (a namespace several tenants share)."""
+    target = on.spec.kubernetes.namespace if on.spec.kubernetes else None
+    if not target:
+        return on, None
+    tenant = Tenant.model_validate({"name": f"t-{namespace}", "namespaces": [namespace], "targetNamespace": target})
+    return tenancy.as_tenant(on, tenant), tenant
+
+
 def plan_of(job, on: BridgeCluster, runtimes=None):
-    return resolve(job, find_runtime(job, runtimes or builtin_runtimes()), on)
+    on, tenant = as_tenant(on, job.namespace)
+    return resolve(job, find_runtime(job, runtimes or builtin_runtimes()), on, tenant)
 
 
 def render(job, on: BridgeCluster, runtimes=None) -> list[dict]:
     """The objects `render` prints for *job* on cluster *on* (what `submit` creates)."""
-    return list(yaml.safe_load_all(KubernetesAdapter(on).render(plan_of(job, on, runtimes)).main))
+    return list(yaml.safe_load_all(KubernetesAdapter(as_tenant(on, job.namespace)[0]).render(
+        plan_of(job, on, runtimes)).main))
 
 
 def initializer_job(namespace: str = "team-a", patch: dict | None = None, uri: str | None = None,
@@ -225,9 +238,19 @@ def test_same_named_trainjobs_of_two_namespaces_sharing_one_get_two_names() -> N
 def test_the_adapter_refers_to_a_trainjobs_jobset_where_it_runs() -> None:
     job = trainjob(namespace="team-a")
     jobset = render(job, cluster("shared"))[-1]["metadata"]["name"]
-    ref = KubernetesAdapter(cluster("shared")).ref("train", Identity("u", "train", "team-a"))
+    ref = KubernetesAdapter(as_tenant(cluster("shared"), "team-a")[0]).ref("train", Identity("u", "train", "team-a"))
     assert ref.job_id == f"shared/{jobset}"
     assert KubernetesAdapter(cluster()).ref("train", Identity("u", "train", "team-a")).job_id == "team-a/train"
+
+
+def test_the_cli_keeps_the_trainjobs_name_in_the_namespace_its_user_configured() -> None:
+    """One user, no tenants: the CLI's `spec.kubernetes.namespace` is where that user's jobs go, by their names."""
+    job = trainjob(namespace="default")
+    on = cluster("mine")
+    objects = list(yaml.safe_load_all(KubernetesAdapter(on).render(
+        resolve(job, find_runtime(job, builtin_runtimes()), on)).main))
+    assert objects[-1]["metadata"] == {**objects[-1]["metadata"], "name": "train", "namespace": "mine"}
+    assert KubernetesAdapter(on).ref("train", Identity("u", "train", "default")).job_id == "mine/train"
 
 
 def test_the_ssh_secret_name_cannot_be_guessed_from_the_trainjobs_name() -> None:
@@ -264,5 +287,5 @@ def test_a_name_taken_by_another_trainjob_is_refused_without_its_uid() -> None:
 
     body = {"kind": "JobSet", "metadata": {"name": "train", "labels": {UID_LABEL: "mine"}}}
     with pytest.raises(BackendRejected) as refused:
-        KubernetesAdapter(cluster("shared"))._create(create, "shared", body, "create jobset", read)
+        KubernetesAdapter(as_tenant(cluster("shared"), "team-a")[0])._create(create, "shared", body, "create jobset", read)
     assert other not in str(refused.value) and "another TrainJob" in str(refused.value)

@@ -131,6 +131,12 @@ def test_tenant_mappings_that_cannot_be_honoured_are_refused(spec, message) -> N
         cluster(**spec)
 
 
+def test_a_tenant_without_a_user_of_its_own_logs_in_with_the_clusters_key() -> None:
+    ssh = {"transport": "ssh", "host": "login", "user": "svc", "knownHostsFile": "/k", "keyFile": "/key"}
+    shared = cluster(slurm=ssh, tenants=[{"name": "a", "namespaces": ["x"]}])
+    assert tenancy.as_tenant(shared, shared.spec.tenants[0]).spec.slurm == shared.spec.slurm
+
+
 @pytest.mark.parametrize("spec", [
     {"tenants": [{"name": "a", "namespaces": ["x"], "user": "alice"}, {"name": "b", "namespaces": ["y"]}]},
     {"allowedNamespaces": ["x", "y"]},

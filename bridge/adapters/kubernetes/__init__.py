@@ -45,6 +45,7 @@ from bridge.annotations import (
 )
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import ANCESTOR_LABEL, QUEUE_LABEL, LaunchPlan
+from bridge.tenancy import tenant_of
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -625,7 +626,8 @@ class KubernetesAdapter(Adapter):
         namespace, _, name = job_id.rpartition("/")
         ns = namespace or self._namespace(identity.namespace if identity else "default")
         if not namespace and identity is not None and name == identity.name:
-            name = jobset_name(identity.namespace, name, ns)  # the TrainJob's name: its JobSet's, where it runs
+            # the TrainJob's name: its JobSet's, where it runs
+            name = jobset_name(identity.namespace, name, ns, tenant=tenant_of(self.cluster) is not None)
         return JobRef(self.cluster.name, "kubernetes", f"{ns}/{name}", identity.uid if identity else "", name)
 
     def list_jobs(self) -> list[JobStatus]:

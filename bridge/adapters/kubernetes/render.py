@@ -70,15 +70,17 @@ class Target:
 
     @classmethod
     def of(cls, plan: LaunchPlan, namespace: str | None = None) -> Target:
-        return cls(namespace or plan.namespace, jobset_name(plan.namespace, plan.name, namespace))
+        return cls(namespace or plan.namespace,
+                   jobset_name(plan.namespace, plan.name, namespace, tenant=plan.tenant is not None))
 
 
-def jobset_name(trainjob_namespace: str, trainjob_name: str, namespace: str | None) -> str:
+def jobset_name(trainjob_namespace: str, trainjob_name: str, namespace: str | None, tenant: bool = True) -> str:
     """The JobSet of TrainJob *trainjob_namespace*/*trainjob_name* created in *namespace*: the TrainJob's name
-    in its own namespace; in another (the cluster's or the tenant's, which several namespaces may share) the
-    name with a digest of the TrainJob's namespace and name, so that same-named TrainJobs of two namespaces
-    never want one name (deterministic: render stays pure)."""
-    if not namespace or namespace == trainjob_namespace:
+    in its own namespace; a tenant's (the operator's) in another namespace, which several tenants' namespaces
+    may share, is the name with a digest of the TrainJob's namespace and name, so that same-named TrainJobs of
+    two namespaces never want one name (deterministic: render stays pure). The CLI's user names the namespace
+    its jobs go to (``spec.kubernetes.namespace``) and keeps the TrainJob's name there."""
+    if not namespace or namespace == trainjob_namespace or not tenant:
         return trainjob_name
     digest = hashlib.sha256(f"{trainjob_namespace}/{trainjob_name}".encode()).hexdigest()[:10]
     # a DNS-1035 label of 63 at most, like the name itself: the stem starts with the name's letter

@@ -263,21 +263,29 @@ def _with_uid(job, uid: str):
 
 def test_a_shared_namespace_keeps_same_named_trainjobs_of_two_namespaces_apart(kube_cluster, kube_api,
                                                                                 namespace) -> None:
-    """The cluster's namespace serves TrainJobs of two namespaces: each JobSet is created where and as `render`
-    shows it, same-named ones do not collide, and a name another TrainJob holds is refused without its uid."""
+    """Two tenants the admin maps to one namespace (the operator's overlay of the cluster for each): each JobSet
+    is created where and as `render` shows it, same-named ones do not collide, and a name another TrainJob
+    holds is refused without its uid."""
     import uuid
 
     from kubernetes import client
 
+    from bridge import tenancy
+    from bridge.api.cluster import Tenant
     from bridge.errors import BackendRejected
 
-    adapter = KubernetesAdapter(cluster_for(kube_cluster, namespace))
+    def adapter_of(tenant_namespace: str) -> tuple[KubernetesAdapter, Tenant]:
+        tenant = Tenant.model_validate({"name": tenant_namespace, "namespaces": [tenant_namespace],
+                                        "targetNamespace": namespace})
+        return KubernetesAdapter(tenancy.as_tenant(cluster_for(kube_cluster, namespace), tenant)), tenant
+
     custom, core = client.CustomObjectsApi(kube_api), client.CoreV1Api(kube_api)
     names, uids = [], []
-    for tenant in ("team-a", "team-b"):
-        job = _with_uid(trainjob("same", "mpi-distributed", tenant, numNodes=2,
+    for tenant_namespace in ("team-a", "team-b"):
+        adapter, tenant = adapter_of(tenant_namespace)
+        job = _with_uid(trainjob("same", "mpi-distributed", tenant_namespace, numNodes=2,
                                  pod_labels={"pod-complete.stage.kwok.x-k8s.io/never": "true"}), str(uuid.uuid4()))
-        plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster)
+        plan = resolve(job, find_runtime(job, builtin_runtimes()), adapter.cluster, tenant)
         artifact = adapter.render(plan)
         shown = list(yaml.safe_load_all(artifact.main))
         assert {obj["metadata"]["namespace"] for obj in shown} == {namespace}
@@ -293,8 +301,10 @@ def test_a_shared_namespace_keeps_same_named_trainjobs_of_two_namespaces_apart(k
     assert len(set(names)) == 2
     # team-a's TrainJob deleted and made again (a new uid) while its JobSet is still there
     again = _with_uid(trainjob("same", "torch-distributed", "team-a"), str(uuid.uuid4()))
+    adapter, tenant = adapter_of("team-a")
     with pytest.raises(BackendRejected) as refused:
-        adapter.submit(adapter.render(resolve(again, find_runtime(again, builtin_runtimes()), adapter.cluster)))
+        adapter.submit(adapter.render(resolve(again, find_runtime(again, builtin_runtimes()), adapter.cluster,
+                                              tenant)))
     assert "belongs to another TrainJob" in str(refused.value) and uids[0] not in str(refused.value)
 
 
