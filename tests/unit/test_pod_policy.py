@@ -180,6 +180,15 @@ def test_the_namespaces_objects_only_in_the_trainjobs_own_namespace_unless_the_p
     render(job, cluster("shared", **ALL_NAMESPACED))
 
 
+def test_the_cli_reads_its_own_namespaces_secrets_and_claims_where_its_user_sends_its_jobs() -> None:
+    """No tenant: the namespace the CLI's user configured is that user's own, so its Secrets and claims pass."""
+    job, runtimes = initializer_job(namespace="default")
+    on = cluster("mine")
+    objects = list(yaml.safe_load_all(KubernetesAdapter(on).render(
+        resolve(job, find_runtime(job, runtimes), on)).main))
+    assert {obj["metadata"]["namespace"] for obj in objects} == {"mine"}
+
+
 def test_an_initializers_secret_and_claim_only_in_the_trainjobs_own_namespace() -> None:
     job, runtimes = initializer_job()
     with pytest.raises(InvalidSpec) as refused:

@@ -30,8 +30,9 @@ def check_pod_policy(plan: LaunchPlan, namespace: str, policy: PodPolicy | None)
 class _Check:
     def __init__(self, plan: LaunchPlan, namespace: str, policy: PodPolicy) -> None:
         self.plan, self.namespace, self.policy = plan, namespace, policy
-        #: the namespace is not the TrainJob's own: other tenants' Secrets, ConfigMaps and claims may be there
-        self.shared = namespace != plan.namespace
+        #: the namespace is not the TrainJob's own: other tenants' Secrets, ConfigMaps and claims may be there.
+        #: The CLI's user (no tenant) names the namespace its jobs go to: that one is its own
+        self.shared = plan.tenant is not None and namespace != plan.namespace
 
     def refuse(self, where: str, value: Any, what: str, knob: str) -> None:
         raise InvalidSpec(where, value, f"{what}: not allowed by the pod policy of cluster {self.plan.cluster!r} "
