@@ -116,16 +116,20 @@ class Operator:
                                      env=self.env, cwd=self.base, stdout=self.log, stderr=subprocess.STDOUT)
 
     def define_clusters(self, clusters: dict[str, dict]) -> None:
-        """BridgeCluster objects, name → spec (kept when one of that name is there already)."""
+        """BridgeCluster objects, name → spec; one of that name that another module defined is replaced (the
+        kueue module's `pods` has no pod policy for hostPath, which this module's migrate test needs)."""
         from kubernetes.client.exceptions import ApiException
 
         for name, spec in clusters.items():
+            body = {"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
+                    "spec": spec}
             try:
-                self.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
-                    "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
-                    "spec": spec})
+                self.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", body)
             except ApiException as exc:
                 assert exc.status == 409, exc.body
+                existing = self.custom.get_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", name)
+                body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                self.custom.replace_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", name, body)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:
