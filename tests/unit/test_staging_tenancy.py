@@ -27,14 +27,7 @@ from bridge.staging.phase import PHASE_FILE, phase_path, read_phase, with_stage_
 from bridge.staging.sources import StageError
 from bridge.staging.stage import STAGE_FAILED, Stager, run
 from tests.harness.hf_hub import HubServer, Repo
-
-RUNTIME = """
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata: {name: plain}
-spec:
-  mlPolicy: {numNodes: 1}
-"""
+from tests.unit.test_staging import RUNTIME
 
 GOOD = {"config.json": b'{"model_type": "good"}', "model.safetensors": b"the real weights"}
 EVIL = {"config.json": b'{"model_type": "evil"}', "model.safetensors": b"someone else's weights"}
