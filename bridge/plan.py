@@ -1195,6 +1195,14 @@ STAGE_INPUT_END = "HPCBRIDGE_STAGE_ENV"
 STAGE_INPUT_ENV = "HPCBRIDGE_STAGE_INPUT"
 
 
+def stage_input_environment(plan: LaunchPlan) -> dict[str, str]:
+    """A tenant job's stage input as its environment (``STAGE_INPUT_ENV``), which the job is started with (sbatch
+    --export-file, slurmrestd's ``environment``) instead of the script holding it; empty for the CLI and for a
+    job whose initializers set no env."""
+    staged = stage_input(plan) if plan.tenant is not None and plan.staging is not None else None
+    return {STAGE_INPUT_ENV: staged} if staged is not None else {}
+
+
 def stage_command(plan: LaunchPlan, input_in_environment: bool = False) -> str:
     """The stage step as a batch script's line(s): its arguments, and its env as a quoted here-document (data
     the shell passes on the step's stdin, on no command line); with *input_in_environment*, piped from

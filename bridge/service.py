@@ -349,8 +349,7 @@ def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
     if tenancy is not None:
         from bridge import tenancy as tenants
 
-        tenant = tenants.tenant_for(target, tenancy)
-        target = tenants.as_tenant(target, tenant)
+        tenant, target = tenants.resolve(target, tenancy)
     if target.spec.type != "kubernetes":
         trainjob = _workdir_relative_to_file(trainjob, source.path, WORKDIR_ANNOTATION)
     adapter = (adapter_for or get_adapter)(target)
@@ -645,7 +644,7 @@ def tenant_adapter(cluster: BridgeCluster, request: TenantRequest,
     credentials); InvalidSpec when the cluster maps no tenant to it."""
     from bridge import tenancy
 
-    return (adapter_for or get_adapter)(tenancy.as_tenant(cluster, tenancy.tenant_for(cluster, request)))
+    return (adapter_for or get_adapter)(tenancy.resolve(cluster, request)[1])
 
 
 def owned_job(adapter: Adapter, uid: str, name: str, namespace: str, retry: Retry = NO_RETRY) -> JobStatus | None:
@@ -707,11 +706,11 @@ def cancel(adapter: Adapter, job_ids: Sequence[str], signal: str | None = None, 
            retry: Retry = NO_RETRY) -> None:
     from bridge.adapters.base import signal_name
 
-    name = signal_name(signal)
+    signal_name(signal)  # an unknown signal is refused before any job is touched
     if grace_seconds is not None and grace_seconds < 0:
         raise InvalidSpec("--grace", grace_seconds, "must not be negative")
     for ref in job_refs(adapter, job_ids):
-        retry.call(lambda ref=ref: adapter.cancel(ref, signal=name, grace_seconds=grace_seconds))
+        cancel_ref(adapter, ref, signal, grace_seconds, retry)
 
 
 def cancel_ref(adapter: Adapter, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None,

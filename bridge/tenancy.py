@@ -97,6 +97,13 @@ def as_tenant(cluster: BridgeCluster, tenant: Tenant) -> BridgeCluster:
                                       "metadata": cluster.metadata.model_copy(update={"labels": labels})})
 
 
+def resolve(cluster: BridgeCluster, request: Request) -> tuple[Tenant, BridgeCluster]:
+    """The tenant *request*'s namespace is on *cluster*, and the cluster as that tenant acts on it
+    (``tenant_for``, then ``as_tenant``)."""
+    tenant = tenant_for(cluster, request)
+    return tenant, as_tenant(cluster, tenant)
+
+
 def tenant_of(cluster: BridgeCluster) -> str | None:
     """The tenant an overlay cluster acts for (``as_tenant``); None for a cluster as configured."""
     return (cluster.metadata.labels or {}).get(TENANT_LABEL)

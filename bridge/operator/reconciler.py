@@ -454,8 +454,7 @@ class Reconciler:
         cluster = self._job_cluster(meta, item)
         if cluster is not None:
             try:
-                adapter = self._tenant_adapter(cluster, namespace)
-                owned = service.owned_job(adapter, uid, name, namespace, retry=self.retry)
+                adapter, owned = self._owned_job(cluster, namespace, uid, name)
                 if owned is not None and not owned.state.finished and owned.state.value != "Unknown":
                     service.cancel_ref(adapter, owned.ref, signal="TERM", grace_seconds=grace_seconds,
                                        retry=self.retry)
@@ -515,8 +514,7 @@ class Reconciler:
             self.api.event(namespace, name, uid, "MigrationRefused", str(exc), warning=True)
             return done
         try:  # the job to move is the one the backend holds for this uid under the tenant's identity
-            source_adapter = self._tenant_adapter(cluster, namespace)
-            owned = service.owned_job(source_adapter, uid, name, namespace, retry=self.retry)
+            source_adapter, owned = self._owned_job(cluster, namespace, uid, name)
         except InvalidSpec:
             owned = None
         except BridgeError as exc:
@@ -566,8 +564,7 @@ class Reconciler:
         if cluster is None:
             return  # never submitted, or its cluster is gone
         try:
-            adapter = self._tenant_adapter(cluster, namespace)
-            owned = service.owned_job(adapter, uid, name, namespace, retry=self.retry)
+            adapter, owned = self._owned_job(cluster, namespace, uid, name)
             if owned is not None:
                 service.stop_and_remove(adapter, owned.ref, retry=self.retry)
         except InvalidSpec as exc:
@@ -594,8 +591,11 @@ class Reconciler:
 
         return Request(namespace, self.api.namespace_labels(namespace))
 
-    def _tenant_adapter(self, cluster: str, namespace: str):
-        return service.tenant_adapter(self.api.clusters()[cluster], self._tenancy(namespace), self._adapter)
+    def _owned_job(self, cluster: str, namespace: str, uid: str, name: str):
+        """The adapter that acts for *namespace*'s tenant on *cluster*, and the job the backend holds for the
+        TrainJob *uid* as that tenant (None: none); InvalidSpec when the cluster maps no tenant to *namespace*."""
+        adapter = service.tenant_adapter(self.api.clusters()[cluster], self._tenancy(namespace), self._adapter)
+        return adapter, service.owned_job(adapter, uid, name, namespace, retry=self.retry)
 
     def _tracked(self, uid: str) -> Tracked | None:
         for sync in list(self.syncs.values()):

@@ -30,11 +30,12 @@ spec:
 """
 
 
-def trainjob(initializer: str) -> str:
+def trainjob(initializer: str, namespace: str | None = None) -> str:
+    where = f", namespace: {namespace}" if namespace else ""
     return f"""
 apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainJob
-metadata: {{name: tune}}
+metadata: {{name: tune{where}}}
 spec:
   runtimeRef: {{name: plain}}
   initializer:

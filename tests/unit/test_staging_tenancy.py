@@ -28,23 +28,14 @@ from bridge.staging.sources import StageError
 from bridge.staging.stage import STAGE_FAILED, Stager, run
 from tests.harness.hf_hub import HubServer, Repo
 from tests.unit.test_staging import RUNTIME
+from tests.unit.test_staging import trainjob as staging_trainjob
 
 GOOD = {"config.json": b'{"model_type": "good"}', "model.safetensors": b"the real weights"}
 EVIL = {"config.json": b'{"model_type": "evil"}', "model.safetensors": b"someone else's weights"}
 
 
 def trainjob(initializer: str, namespace: str = "team-a") -> str:
-    return f"""
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: TrainJob
-metadata: {{name: tune, namespace: {namespace}}}
-spec:
-  runtimeRef: {{name: plain}}
-  initializer:
-{initializer}
-  trainer:
-    command: [python3, train.py]
-"""
+    return staging_trainjob(initializer, namespace)
 
 
 def cluster(kind: str = "slurm", **spec) -> BridgeCluster:

@@ -20,7 +20,6 @@ from bridge.plan import (
     MPI_LAUNCHERS,
     ONCE_PER_JOB,
     STAGE_COMMENT,
-    STAGE_INPUT_ENV,
     Launcher,
     LaunchPlan,
     check_identity,
@@ -28,7 +27,7 @@ from bridge.plan import (
     gang_note,
     job_environment,
     stage_command,
-    stage_input,
+    stage_input_environment,
 )
 from bridge.shell import comment, join, quote
 
@@ -115,11 +114,8 @@ def job_env(plan: LaunchPlan, slurm_conf: str | None = None) -> dict[str, str] |
             raise InvalidSpec(where, f"{len(value.encode())} bytes", "Slurm takes names of at most 255 "
                                                                       "characters and values under 256 KiB")
         env[entry.name] = value
-    if plan.staging is not None:
-        staged = stage_input(plan)
-        if staged is not None:  # the initializers' env: read by the stage step, unset before the trainer
-            env[STAGE_INPUT_ENV] = staged
-    return env
+    # the initializers' env: read by the stage step, unset before the trainer
+    return {**env, **stage_input_environment(plan)}
 
 
 def job_env_names(env: dict[str, str]) -> str:

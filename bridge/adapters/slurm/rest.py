@@ -17,7 +17,7 @@ from typing import Any
 from bridge.adapters.slurm.render import DEFAULT_OUTPUT, job_comment, render_script, tasks_per_node
 from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX, WORKDIR_ANNOTATION
 from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
-from bridge.plan import LaunchPlan
+from bridge.plan import LaunchPlan, stage_input_environment
 
 API = "/slurm/v0.0.38"
 #: REST jobs inherit no environment from anyone; the launcher needs at least a PATH
@@ -42,7 +42,7 @@ def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -
         "current_working_directory": plan.workdir,
         "standard_output": _absolute(plan.options.output or DEFAULT_OUTPUT, plan.workdir),
         "environment": {"PATH": BASE_PATH, **(extra_env or {}),
-                        **{entry.name: entry.value or "" for entry in plan.env}, **_stage_input(plan)},
+                        **{entry.name: entry.value or "" for entry in plan.env}, **stage_input_environment(plan)},
     }
     resources = plan.resources
     if resources.cpu_count is not None:
@@ -66,14 +66,6 @@ def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -
     if plan.suspend:
         job["hold"] = True
     return job
-
-
-def _stage_input(plan: LaunchPlan) -> dict[str, str]:
-    """A tenant's initializers' env, which its script's stage step reads from the job's environment."""
-    from bridge.plan import STAGE_INPUT_ENV, stage_input
-
-    staged = stage_input(plan) if plan.tenant is not None and plan.staging is not None else None
-    return {STAGE_INPUT_ENV: staged} if staged is not None else {}
 
 
 def _absolute(path: str, workdir: str) -> str:
