@@ -51,3 +51,17 @@ def test_identity_is_appended_to_the_users_comment_and_read_from_the_end() -> No
     # a job submitted by an earlier release carries the uid first
     assert comment_uid(f"hpcbridge.io/uid={UID} nightly run") == UID
     assert comment_uid("(null)") is None and comment_uid("") is None
+
+
+@pytest.mark.parametrize(("printed", "state", "code"), [
+    ("768", "FAILED", 3),        # Slurm 22.05: the raw wait status
+    ("3:0", "FAILED", 3),        # Slurm 23.02 on: code:signal
+    ("0:9", "CANCELLED", 137),   # killed by SIGKILL
+    ("0:0", "COMPLETED", 0),
+    ("0", "COMPLETED", 0),
+    ("0:0", "RUNNING", None),    # not finished: no exit code yet
+    ("N/A", "FAILED", None),     # nothing readable is no code, never a guess
+])
+def test_exit_code_in_both_forms_squeue_prints(printed, state, code) -> None:
+    (record,) = parse_squeue(line("7", "N/A", state, printed))
+    assert record.exit_code == code

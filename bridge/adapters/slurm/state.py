@@ -67,11 +67,19 @@ def decode_wait_status(raw: int) -> int:
 
 
 def decode_exit_pair(text: str) -> int | None:
-    """sacct/scontrol's ``code:signal``."""
+    """sacct/scontrol's ``code:signal`` (and squeue's exit_code from Slurm 23.02 on)."""
     code, _, signal = text.partition(":")
     if not code.isdigit() or (signal and not signal.isdigit()):
         return None
     return 128 + int(signal) if signal and int(signal) else int(code)
+
+
+def decode_squeue_exit(text: str) -> int | None:
+    """squeue's exit_code: the raw wait status up to Slurm 22.05 (``768``), ``code:signal`` after (``3:0``)."""
+    text = text.strip()
+    if text.isdigit():
+        return decode_wait_status(int(text))
+    return decode_exit_pair(text) if ":" in text else None
 
 
 def _reason(slurm_reason: str, mapped: str | None) -> str | None:
@@ -91,7 +99,7 @@ def parse_squeue(text: str) -> list[SlurmRecord]:
             raise BackendUnavailable("slurm", f"unexpected squeue output on line {line_no}: {line[:120]!r}")
         job_id, het_id, slurm_state, reason, raw_exit, nodes, name, comment = parts
         state, mapped_reason = map_state(slurm_state)
-        exit_code = decode_wait_status(int(raw_exit)) if raw_exit.strip().isdigit() and state.finished else None
+        exit_code = decode_squeue_exit(raw_exit) if state.finished else None
         # a heterogeneous job's components are separate jobs to squeue; hpc-bridge knows them by the leader's id
         leader = het_id.strip() if het_id.strip().isdigit() else job_id.strip()
         records.append(SlurmRecord(leader, state, slurm_state.strip(), _reason(reason, mapped_reason),
