@@ -97,6 +97,9 @@ class SlurmConnection(_Remote):
     token_secret_ref: SecretKeyRef | None = None
     #: SLURM_CONF for the local transport (a cluster whose config is not in /etc/slurm)
     slurm_conf: str | None = None
+    #: the slurmrestd API to speak (e.g. v0.0.42); unset, the newest the server and hpc-bridge both speak.
+    #: Pinned, rendering needs no answer from the server, and upgrading slurmrestd cannot change the job
+    rest_api_version: str | None = Field(default=None, pattern=r"^v0\.0\.(38|4[0-5])$")
 
     @field_validator("rest_url")
     @classmethod

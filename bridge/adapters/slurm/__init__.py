@@ -38,8 +38,6 @@ from bridge.adapters.slurm.state import (
     SQUEUE_FORMAT,
     SlurmRecord,
     combine_components,
-    decode_wait_status,
-    map_state,
     parse_sacct,
     parse_squeue,
 )
@@ -72,19 +70,6 @@ def make_transport(cluster) -> Transport:
     return local
 
 
-def _rest_record(job: dict) -> SlurmRecord:
-    state, mapped = map_state(str(job.get("job_state", "")))
-    raw = job.get("exit_code")
-    reason = str(job.get("state_reason") or "")
-    het_leader = job.get("het_job_id")
-    job_id = str(het_leader) if isinstance(het_leader, int) and het_leader > 0 else str(job.get("job_id"))
-    return SlurmRecord(job_id, state, str(job.get("job_state", "")),
-                       f"{mapped}: {reason}" if mapped and reason not in ("", "None") else
-                       (reason if reason not in ("", "None") else mapped),
-                       decode_wait_status(raw) if isinstance(raw, int) and state.finished else None,
-                       str(job.get("nodes") or ""), str(job.get("name") or ""), str(job.get("comment") or ""))
-
-
 def _job_number(job_id: str) -> int:
     """123, 123_4 (array task), 123+1 (het component) → 123, for "newest" comparisons."""
     match = re.match(r"\d+", job_id)
@@ -112,7 +97,7 @@ class SlurmAdapter(Adapter):
         if conn is not None and conn.transport == "rest":
             from bridge.adapters.slurm.rest import RestClient
 
-            self.rest = RestClient(conn.rest_url, conn.user, conn.token_file)
+            self.rest = RestClient(conn.rest_url, conn.user, conn.token_file, api_version=conn.rest_api_version)
         # slurmrestd takes options as JSON fields and reads no #SBATCH line: scripts go by what they mean
         self.capabilities = Capabilities(batch_scripts=self.rest is None)
         self._local = conn is None or conn.transport == "local"
@@ -146,7 +131,8 @@ class SlurmAdapter(Adapter):
 
         from bridge.adapters.slurm.rest import submission
 
-        body = submission(plan, self._rest_env())
+        # the job description is in the terms of the API the server speaks (read from it once, unless pinned)
+        body = submission(plan, self._rest_env(), self.rest.api)
         return Artifact("slurm", "slurmrestd-submission", plan,
                         (ArtifactFile(f"{plan.name}.job.json", json.dumps(body, indent=2) + "\n",
                                       "application/json"), script))
@@ -175,7 +161,7 @@ class SlurmAdapter(Adapter):
         """squeue's records: all jobs, or with *mine* this user's (REST: the token's user)."""
         if self.rest is not None:
             user = self.cluster.spec.slurm.user if mine and self.cluster.spec.slurm else None
-            return combine_components([_rest_record(job) for job in self.rest.jobs()
+            return combine_components([self.rest.api.record(job) for job in self.rest.jobs()
                                        if user is None or job.get("user_name") == user])
         argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
         if mine:
@@ -210,8 +196,7 @@ class SlurmAdapter(Adapter):
         from bridge.adapters.slurm import sinfo
 
         if self.rest is not None:
-            rows = sinfo.rest_rows(self.rest.request("GET", "/nodes").get("nodes", []),
-                                   self.rest.request("GET", "/partitions").get("partitions", []))
+            rows = self.rest.node_rows()
         else:
             rows = sinfo.parse(self._check(self.transport.run(sinfo.SINFO, timeout=30), "sinfo").stdout)
         return sinfo.count(rows, NodeNeed.of(plan), plan.nodes, plan.options.partition, plan.time_limit_seconds)
@@ -347,9 +332,7 @@ class SlurmAdapter(Adapter):
     def output_path(self, ref: JobRef) -> str | None:
         self.check_job_id(ref.job_id)
         if self.rest is not None:
-            job = next((j for j in self.rest.jobs() if str(j.get("job_id")) == ref.job_id), None)
-            path = str(job.get("standard_output") or "") if job else ""
-            return path.replace("%j", ref.job_id).replace("%x", str(job.get("name"))) if path else None
+            return self.rest.output_path(ref.job_id)
         result = self.transport.run(["scontrol", "--oneliner", "show", "job", ref.job_id])
         if not result.ok:
             return None

@@ -1,8 +1,21 @@
-"""slurmrestd (OpenAPI v0.0.38, Slurm 22.05) with JWT: the job description and a small client.
+"""slurmrestd with JWT: which API a server speaks, one job description per API generation, and a small client.
 
-The REST API ignores ``#SBATCH`` lines, so the plan is rendered a second way: a v0.0.38 job description
-whose fields carry what the directives say. The script is sent along unchanged (its directives then only
-document the job). Only the standard library is used: urllib, json.
+slurmrestd serves a few OpenAPI versions at once, and each Slurm release moves the window (22.05: v0.0.36 to
+v0.0.38; 24.11: v0.0.40 to v0.0.42; 26.05: v0.0.42 to v0.0.45). The client reads the server's OpenAPI document
+once, speaks the newest version it knows (or the one the cluster pins), and checks every field of a job
+description against that version's schema before sending it: slurmrestd answers an unknown field with a
+warning and submits the job without it, which would be a different job.
+
+Two generations of the API:
+- v0.0.38 (Slurm 22.05): sbatch's own option names as keys; plain strings and integers; ``job_state`` a string,
+  ``exit_code`` the raw wait status.
+- v0.0.40 and later (the data_parser, Slurm 23.11 on): typed fields (``{set, infinite, number}``, flag lists),
+  ``tres_per_node`` for GPUs, ``shared`` for exclusive nodes, the environment as ``NAME=value`` strings;
+  ``job_state`` a list of a base state and flags, ``exit_code`` an object.
+
+The REST API ignores ``#SBATCH`` lines, so the plan is rendered a second way: a job description whose fields
+carry what the directives say. The script is sent along unchanged (its directives then only document the job).
+Only the standard library is used: urllib, json.
 """
 
 from __future__ import annotations
@@ -10,22 +23,86 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from typing import Any
 
+from bridge.adapters.slurm import sinfo
 from bridge.adapters.slurm.render import DEFAULT_OUTPUT, job_comment, render_script, tasks_per_node
+from bridge.adapters.slurm.state import SlurmRecord, decode_wait_status, map_state
 from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX, WORKDIR_ANNOTATION
 from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
 from bridge.plan import LaunchPlan, stage_input_environment
 
-API = "/slurm/v0.0.38"
+#: the API versions hpc-bridge speaks, oldest first; each was checked against a real slurmrestd
+VERSIONS = ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 #: REST jobs inherit no environment from anyone; the launcher needs at least a PATH
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: Slurm's error number for "Job is in held state, pending scheduler release" (not a failure: the job exists)
+ESLURM_JOB_HELD = 2042
+_VERSION = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 
 
-def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The v0.0.38 ``job`` object equivalent to the batch script's directives."""
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.lstrip("v").split("."))
+
+
+def _spans(versions: Iterable[str]) -> str:
+    ordered = sorted(set(versions), key=_key)
+    return ", ".join(ordered) if len(ordered) <= 2 else f"{ordered[0]} to {ordered[-1]}"
+
+
+def choose_version(served: Iterable[str], pinned: str | None = None, where: str = "slurmrestd") -> str:
+    """The newest version both sides speak, or *pinned* if the server serves it; a clear error otherwise."""
+    served = set(served)
+    if pinned:
+        if pinned not in served:
+            raise BackendRejected("slurmrestd", f"{where} does not serve the pinned API {pinned} (spec.slurm."
+                                                f"restApiVersion); it serves {_spans(served) or 'no Slurm API'}")
+        return pinned
+    common = [v for v in VERSIONS if v in served]
+    if common:
+        return common[-1]
+    if not served:
+        raise BackendRejected("slurmrestd", f"{where} serves no Slurm API (is the openapi/slurmctld plugin loaded?)")
+    newest = max(served, key=_key)
+    relation = "newer than" if _key(newest) > _key(VERSIONS[-1]) else "none of"
+    raise BackendRejected("slurmrestd", f"{where} serves {_spans(served)}, {relation} the APIs hpc-bridge speaks "
+                                        f"(v0.0.38, v0.0.40 to {VERSIONS[-1]})")
+
+
+def served_versions(document: dict[str, Any]) -> set[str]:
+    """The Slurm API versions an OpenAPI document has paths for."""
+    return {m.group(1) for path in document.get("paths", {}) if (m := _VERSION.match(path))}
+
+
+def _resolve_ref(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while isinstance(schema, dict) and "$ref" in schema:
+        target: Any = document
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        schema = target
+    return schema if isinstance(schema, dict) else {}
+
+
+def job_fields(document: dict[str, Any], version: str) -> frozenset[str] | None:
+    """The fields *version*'s job submission takes (its ``job`` object), or None where the document does not
+    say (then slurmrestd's own answer is the only check)."""
+    post = document.get("paths", {}).get(f"/slurm/{version}/job/submit", {}).get("post", {})
+    body = post.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    job = _resolve_ref(document, _resolve_ref(document, body).get("properties", {}).get("job", {}))
+    properties = job.get("properties")
+    return frozenset(properties) if isinstance(properties, dict) and properties else None
+
+
+# --- what the plan asks, once, then shaped per generation ------------------------------------------------
+
+
+def _request(plan: LaunchPlan, extra_env: dict[str, str] | None) -> dict[str, Any]:
+    """The job the plan describes, in neutral terms both generations render."""
     if not plan.workdir or not plan.workdir.startswith("/"):
         raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", plan.workdir,
                           "slurmrestd needs an absolute working directory (there is no submitting shell)")
@@ -34,46 +111,244 @@ def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -
         names = ", ".join(extra)
         raise InvalidSpec("metadata.annotations", names, f"{SBATCH_PASSTHROUGH_PREFIX}* pass-through options cannot be "
                                                          "expressed over slurmrestd; use the local or ssh transport")
-    job: dict[str, Any] = {
-        "name": plan.options.slurm_job_name or plan.name,
+    options, resources = plan.options, plan.resources
+    per_node = tasks_per_node(plan)
+    return {
+        "name": options.slurm_job_name or plan.name,
         "comment": job_comment(plan),
         "nodes": plan.nodes,
-        "tasks_per_node": tasks_per_node(plan),
-        "current_working_directory": plan.workdir,
-        "standard_output": _absolute(plan.options.output or DEFAULT_OUTPUT, plan.workdir),
+        "tasks_per_node": per_node,
+        "workdir": plan.workdir,
+        "output": _absolute(options.output or DEFAULT_OUTPUT, plan.workdir),
+        "error": _absolute(options.error, plan.workdir) if options.error else None,
         "environment": {"PATH": BASE_PATH, **(extra_env or {}),
                         **{entry.name: entry.value or "" for entry in plan.env}, **stage_input_environment(plan)},
+        "cpus_per_task": -(-resources.cpu_count // per_node) if resources.cpu_count is not None else None,
+        "memory_mib": resources.memory_mib,
+        "gpus_per_node": resources.gpus or None,
+        "time_minutes": math.ceil(plan.time_limit_seconds / 60) if plan.time_limit_seconds else None,
+        "partition": options.partition, "account": options.account, "qos": options.qos,
+        "constraints": options.constraint, "array": options.array, "dependency": options.dependency,
+        "exclusive": bool(options.exclusive),
+        "hold": bool(plan.suspend),
     }
-    resources = plan.resources
-    if resources.cpu_count is not None:
-        job["cpus_per_task"] = -(-resources.cpu_count // tasks_per_node(plan))
-    if resources.memory_mib is not None:
-        job["memory_per_node"] = resources.memory_mib
-    if resources.gpus:
-        job["gpus_per_node"] = str(resources.gpus)
-    if plan.time_limit_seconds:
-        job["time_limit"] = math.ceil(plan.time_limit_seconds / 60)
-    options = plan.options
-    for field, key in (("partition", "partition"), ("account", "account"), ("qos", "qos"),
-                       ("constraint", "constraints"), ("array", "array"), ("dependency", "dependency")):
-        value = getattr(options, field)
-        if value:
-            job[key] = value
-    if options.exclusive:
-        job["exclusive"] = "true"
-    if options.error:
-        job["standard_error"] = _absolute(options.error, plan.workdir)
-    if plan.suspend:
-        job["hold"] = True
-    return job
 
 
 def _absolute(path: str, workdir: str) -> str:
     return path if path.startswith("/") else f"{workdir.rstrip('/')}/{path}"
 
 
-def submission(plan: LaunchPlan, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"script": render_script(plan), "job": job_description(plan, extra_env)}
+def _set(number: int) -> dict[str, Any]:
+    """The data_parser's ``{set, infinite, number}`` for a value that is set."""
+    return {"set": True, "infinite": False, "number": number}
+
+
+def _number(value: Any) -> int | None:
+    """A plain integer, or the data_parser's ``{set, infinite, number}``; None when unset or infinite."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict) and value.get("set") and not value.get("infinite"):
+        number = value.get("number")
+        return number if isinstance(number, int) else None
+    return None
+
+
+class Api:
+    """One API generation: how a job is described to slurmrestd, and how its answers read."""
+
+    generation = ""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+
+    def job(self, request: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def record(self, job: dict[str, Any]) -> SlurmRecord:
+        raise NotImplementedError
+
+    def release(self, payload: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def pings(self, payload: dict[str, Any]) -> str:
+        return ", ".join(f"{p.get('hostname')} {p.get('pinged') or p.get('ping')}" for p in payload.get("pings", []))
+
+    def node_rows(self, nodes: list[dict[str, Any]], partitions: list[dict[str, Any]]) -> list[sinfo.NodeRow]:
+        return sinfo.rest_rows(nodes, partitions)
+
+    def output_path(self, job: dict[str, Any], job_id: str) -> str | None:
+        path = str(job.get("stdout_expanded") or job.get("standard_output") or "")
+        return path.replace("%j", job_id).replace("%x", str(job.get("name"))) if path else None
+
+
+def _common_fields(request: dict[str, Any]) -> dict[str, Any]:
+    job = {"name": request["name"], "comment": request["comment"], "tasks_per_node": request["tasks_per_node"],
+           "current_working_directory": request["workdir"], "standard_output": request["output"]}
+    for key in ("partition", "account", "qos", "constraints", "array", "dependency"):
+        if request[key]:
+            job[key] = request[key]
+    if request["error"]:
+        job["standard_error"] = request["error"]
+    if request["cpus_per_task"] is not None:
+        job["cpus_per_task"] = request["cpus_per_task"]
+    if request["hold"]:
+        job["hold"] = True
+    return job
+
+
+class Legacy(Api):
+    """v0.0.38: keys are sbatch's options spelled with underscores; values as sbatch takes them."""
+
+    generation = "v0.0.38"
+
+    def job(self, request: dict[str, Any]) -> dict[str, Any]:
+        job = _common_fields(request)
+        job["nodes"] = request["nodes"]
+        job["environment"] = request["environment"]
+        if request["memory_mib"] is not None:
+            job["memory_per_node"] = request["memory_mib"]
+        if request["gpus_per_node"]:
+            job["gpus_per_node"] = str(request["gpus_per_node"])
+        if request["time_minutes"]:
+            job["time_limit"] = request["time_minutes"]
+        if request["exclusive"]:
+            job["exclusive"] = "exclusive"  # sbatch's --exclusive; "true" is refused as an invalid specification
+        return job
+
+    def record(self, job: dict[str, Any]) -> SlurmRecord:
+        slurm_state = str(job.get("job_state", ""))
+        raw = job.get("exit_code")
+        leader = job.get("het_job_id")
+        return _record(job, slurm_state, decode_wait_status(raw) if isinstance(raw, int) else None,
+                       leader if isinstance(leader, int) else None)
+
+    def release(self, payload: dict[str, Any]) -> str:
+        return str(payload.get("meta", {}).get("Slurm", {}).get("release", "?"))
+
+
+#: Slurm shows a job's state flag instead of its base state when one is set, in this order (job_state_string)
+_FLAG_ORDER = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+               "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
+
+
+def shown_state(states: Any) -> str:
+    """The state squeue would print for the data_parser's ``job_state`` list (a base state, then flags)."""
+    if isinstance(states, str):
+        return states
+    names = [str(s) for s in states or []]
+    return next((flag for flag in _FLAG_ORDER if flag in names[1:]), names[0] if names else "")
+
+
+def _exit_code(value: Any) -> int | None:
+    """The data_parser's ``exit_code`` object: a signal is 128 + its number, else the return code."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return decode_wait_status(value)
+    if not isinstance(value, dict):
+        return None
+    signal = value.get("signal", {})
+    number = _number(signal.get("id")) if isinstance(signal, dict) else None
+    if number:
+        return 128 + number
+    return _number(value.get("return_code"))
+
+
+class DataParser(Api):
+    """v0.0.40 to v0.0.45: typed fields, flag lists, and numbers that may be unset or infinite."""
+
+    generation = "v0.0.40+"
+
+    def job(self, request: dict[str, Any]) -> dict[str, Any]:
+        job = _common_fields(request)
+        job["minimum_nodes"] = job["maximum_nodes"] = request["nodes"]
+        job["environment"] = [f"{name}={value}" for name, value in request["environment"].items()]
+        if request["memory_mib"] is not None:
+            job["memory_per_node"] = _set(request["memory_mib"])
+        if request["gpus_per_node"]:
+            job["tres_per_node"] = f"gres/gpu:{request['gpus_per_node']}"
+        if request["time_minutes"]:
+            job["time_limit"] = _set(request["time_minutes"])
+        if request["exclusive"]:
+            job["shared"] = ["none"]  # what sbatch --exclusive sets
+        return job
+
+    def record(self, job: dict[str, Any]) -> SlurmRecord:
+        return _record(job, shown_state(job.get("job_state")), _exit_code(job.get("exit_code")),
+                       _number(job.get("het_job_id")))
+
+    def release(self, payload: dict[str, Any]) -> str:
+        return str(payload.get("meta", {}).get("slurm", {}).get("release", "?"))
+
+    def node_rows(self, nodes: list[dict[str, Any]], partitions: list[dict[str, Any]]) -> list[sinfo.NodeRow]:
+        # the same rows v0.0.38 gives: states as sinfo names them, limits in minutes with -1 for none
+        legacy_nodes = []
+        for node in nodes:
+            cpus = int(node.get("cpus", 0))
+            idle = node.get("alloc_idle_cpus")
+            legacy_nodes.append({**node, "state": _node_state(node.get("state")),
+                                 "idle_cpus": int(idle) if isinstance(idle, int) else cpus - int(
+                                     node.get("alloc_cpus", 0))})
+        legacy_partitions = []
+        for part in partitions:
+            maximums = part.get("maximums", {})
+            states = part.get("partition", {}).get("state", ["UP"])
+            flags = part.get("flags") or part.get("partition", {}).get("flags") or []
+            legacy_partitions.append({
+                "name": part.get("name", ""), "flags": [str(f).lower() for f in flags],
+                "maximum_time": _or_none(_number(maximums.get("time"))),
+                "max_nodes": _or_none(_number(maximums.get("nodes"))),
+                "state": "up" if "UP" in states else ",".join(states).lower()})
+        return sinfo.rest_rows(legacy_nodes, legacy_partitions)
+
+
+def _or_none(number: int | None) -> int:
+    return -1 if number is None else number
+
+
+def _node_state(states: Any) -> str:
+    """A node's state flag list as the one word sinfo prints for it."""
+    names = [str(s).upper() for s in (states if isinstance(states, list) else [states or ""])]
+    for flag, word in (("DRAIN", "drain"), ("MAINTENANCE", "maint"), ("RESERVED", "resv"),
+                       ("COMPLETING", "comp"), ("PLANNED", "planned")):
+        if flag in names[1:]:
+            return word
+    return names[0].lower() if names else ""
+
+
+def _record(job: dict[str, Any], slurm_state: str, exit_code: int | None, het_leader: int | None) -> SlurmRecord:
+    state, mapped = map_state(slurm_state)
+    reason = str(job.get("state_reason") or "")
+    shown = f"{mapped}: {reason}" if mapped and reason not in ("", "None") else (
+        reason if reason not in ("", "None") else mapped)
+    job_id = str(het_leader) if het_leader else str(job.get("job_id"))
+    return SlurmRecord(job_id, state, slurm_state, shown, exit_code if state.finished else None,
+                       str(job.get("nodes") or ""), str(job.get("name") or ""), str(job.get("comment") or ""))
+
+
+def api_for(version: str) -> Api:
+    if version not in VERSIONS:
+        raise BackendRejected("slurmrestd", f"hpc-bridge does not speak slurmrestd API {version}")
+    return Legacy(version) if version == "v0.0.38" else DataParser(version)
+
+
+def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None, api: Api | None = None
+                    ) -> dict[str, Any]:
+    """The ``job`` object equivalent to the batch script's directives, in *api*'s terms (default v0.0.38)."""
+    return (api or Legacy("v0.0.38")).job(_request(plan, extra_env))
+
+
+def submission(plan: LaunchPlan, extra_env: dict[str, str] | None = None, api: Api | None = None) -> dict[str, Any]:
+    return {"script": render_script(plan), "job": job_description(plan, extra_env, api)}
+
+
+# --- the client ---------------------------------------------------------------------------------------
+
+
+#: what each server's OpenAPI document said, by URL: read once per process (the operator builds a client per
+#: cluster and tenant; the document of a 26.05 slurmrestd is a few MB)
+_DISCOVERED: dict[str, tuple[set[str], dict[str, frozenset[str] | None]]] = {}
+_DISCOVERY_LOCK = threading.Lock()
 
 
 class RestClient:
@@ -81,7 +356,8 @@ class RestClient:
 
     name = "slurmrestd"
 
-    def __init__(self, url: str, user: str | None = None, token_file: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str, user: str | None = None, token_file: str | None = None, timeout: float = 30.0,
+                 api_version: str | None = None):
         self.url = url.rstrip("/")
         if not user:
             # the user this process runs as, by uid ($USER may be unset or say anything); never a guessed root
@@ -91,6 +367,8 @@ class RestClient:
         self.user = user
         self.token_file = os.path.expanduser(token_file) if token_file else None
         self.timeout = timeout
+        self.pinned = api_version
+        self._api: Api | None = None
         self.requests = 0  # tests and benchmarks count backend calls
 
     def _token(self) -> str:
@@ -106,9 +384,45 @@ class RestClient:
             raise InvalidSpec("spec.slurm.tokenFile", None, "slurmrestd needs a JWT: set tokenFile or $SLURM_JWT")
         return token
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    @property
+    def api(self) -> Api:
+        """The API generation this server is spoken to in (its OpenAPI document read on first use)."""
+        if self._api is None:
+            # a pinned version renders without asking the server; submit still checks the server serves it
+            version = self.pinned or choose_version(self._discover()[0], None, f"slurmrestd at {self.url}")
+            self._api = api_for(version)
+        return self._api
+
+    def _discover(self) -> tuple[set[str], dict[str, frozenset[str] | None]]:
+        with _DISCOVERY_LOCK:
+            known = _DISCOVERED.get(self.url)
+        if known is not None:
+            return known
+        document = self._call("GET", f"{self.url}/openapi/v3", None, "GET /openapi/v3")
+        served = served_versions(document)
+        fields = {version: job_fields(document, version) for version in served if version in VERSIONS}
+        with _DISCOVERY_LOCK:
+            _DISCOVERED[self.url] = (served, fields)
+        return served, fields
+
+    def check_fields(self, job: dict[str, Any]) -> None:
+        """Refuse, before anything is sent, a field the server's API would ignore."""
+        served, known = self._discover()
+        choose_version(served, self.pinned, f"slurmrestd at {self.url}")
+        fields = known.get(self.api.version)
+        unknown = sorted(set(job) - fields) if fields is not None else []
+        if unknown:
+            raise BackendRejected(self.name, f"slurmrestd {self.api.version} at {self.url} has no job field "
+                                             f"{', '.join(unknown)}; the job would run without it")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                tolerate: frozenset[int] = frozenset()) -> dict[str, Any]:
+        return self._call(method, f"{self.url}/slurm/{self.api.version}{path}", body, f"{method} {path}", tolerate)
+
+    def _call(self, method: str, url: str, body: dict[str, Any] | None, what: str,
+              tolerate: frozenset[int] = frozenset()) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"{self.url}{API}{path}", data=data, method=method, headers={
+        req = urllib.request.Request(url, data=data, method=method, headers={
             "X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self._token(),
             "Content-Type": "application/json", "Accept": "application/json"})
         self.requests += 1
@@ -125,17 +439,46 @@ class RestClient:
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             raise BackendUnavailable(self.name, f"{self.url}: {getattr(exc, 'reason', exc)}") from None
         except json.JSONDecodeError:
-            raise BackendUnavailable(self.name, f"{method} {path}: the answer is not JSON") from None
-        errors = _errors(payload)
+            raise BackendUnavailable(self.name, f"{what}: the answer is not JSON") from None
+        if not isinstance(payload, dict):
+            raise BackendUnavailable(self.name, f"{what}: the answer is not a JSON object")
+        errors = _errors(payload, tolerate)
         if errors:
             raise BackendRejected(self.name, errors)
         return payload
 
     def submit(self, body: dict[str, Any]) -> str:
-        return str(self.request("POST", "/job/submit", body)["job_id"])
+        self.check_fields(body.get("job", {}))
+        # a held job is submitted, yet slurmrestd lists "Job is in held state" among the errors
+        payload = self.request("POST", "/job/submit", body, tolerate=frozenset({ESLURM_JOB_HELD}))
+        job_id = str(payload.get("job_id") or payload.get("result", {}).get("job_id") or "")
+        warnings = _warnings(payload)
+        if warnings:
+            # slurmrestd submitted the job without something it was asked: that job is not the one asked for
+            if job_id:
+                try:
+                    self.cancel(job_id)
+                except (BackendRejected, BackendUnavailable):
+                    pass
+            raise BackendRejected(self.name, f"slurmrestd {self.api.version} ignored part of the job, so job "
+                                             f"{job_id or '?'} was cancelled: {warnings}")
+        if not job_id:
+            raise BackendUnavailable(self.name, "POST /job/submit: the answer has no job id")
+        return job_id
 
     def jobs(self) -> list[dict[str, Any]]:
         return self.request("GET", "/jobs").get("jobs", [])
+
+    def records(self) -> list[SlurmRecord]:
+        return [self.api.record(job) for job in self.jobs()]
+
+    def node_rows(self) -> list[sinfo.NodeRow]:
+        return self.api.node_rows(self.request("GET", "/nodes").get("nodes", []),
+                                  self.request("GET", "/partitions").get("partitions", []))
+
+    def output_path(self, job_id: str) -> str | None:
+        job = next((j for j in self.jobs() if str(j.get("job_id")) == job_id), None)
+        return self.api.output_path(job, job_id) if job else None
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         suffix = f"?signal={signal if signal.startswith('SIG') else 'SIG' + signal}" if signal else ""
@@ -143,9 +486,7 @@ class RestClient:
 
     def ping(self) -> str:
         payload = self.request("GET", "/ping")
-        release = payload.get("meta", {}).get("Slurm", {}).get("release", "?")
-        pings = ", ".join(f"{p.get('hostname')} {p.get('ping')}" for p in payload.get("pings", []))
-        return f"slurmrestd {API.rsplit('/', 1)[1]} on Slurm {release}: {pings}"
+        return f"slurmrestd {self.api.version} on Slurm {self.api.release(payload)}: {self.api.pings(payload)}"
 
     def close(self) -> None:
         pass
@@ -159,7 +500,21 @@ def _json_or_empty(raw: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _errors(payload: dict[str, Any]) -> str:
-    items = payload.get("errors") or []
-    return "; ".join(f"{e.get('error', '')} ({e.get('error_code', '?')})".strip() for e in items
-                     if isinstance(e, dict))
+def _errors(payload: dict[str, Any], tolerate: frozenset[int] = frozenset()) -> str:
+    items = [e for e in payload.get("errors") or [] if isinstance(e, dict)
+             and e.get("error_code", e.get("error_number")) not in tolerate]
+    return "; ".join(_message(e) for e in items)
+
+
+def _warnings(payload: dict[str, Any]) -> str:
+    items = payload.get("warnings") or []
+    return "; ".join(_message(w) for w in items if isinstance(w, dict))
+
+
+def _message(item: dict[str, Any]) -> str:
+    """An error or warning as one line: its text, Slurm's error number, and where slurmrestd raised it."""
+    text = " ".join(str(item[k]) for k in ("error", "description") if item.get(k)) or "?"
+    number = item.get("error_code", item.get("error_number"))
+    code = f" ({number})" if number not in (None, 0, -1) else ""
+    source = f" [{item['source']}]" if item.get("source") else ""
+    return f"{text}{code}{source}"

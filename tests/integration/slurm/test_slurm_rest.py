@@ -1,8 +1,9 @@
-"""The slurmrestd transport (OpenAPI v0.0.38, JWT) against the real cluster's slurmrestd."""
+"""The slurmrestd transport (JWT; the newest API the server speaks) against the real cluster's slurmrestd."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -115,3 +116,63 @@ def test_rest_capacity_is_what_sinfo_says(rest_cluster, bridge_cluster, tmp_path
         assert via_rest == via_sinfo, (via_rest, via_sinfo)
         found.append(via_rest)
     assert [c.fitting for c in found] == [4, 2, 0] and found[2].limit == "no partition 'nosuch'"
+
+
+#: what slurmctld records of a job that both ways of sending it must agree on (ids, times, the script and
+#: the command differ by nature: REST jobs have no submitting command line)
+ASKED = ("NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "TRES", "TresPerNode", "OverSubscribe", "TimeLimit",
+         "MinMemoryNode", "Partition", "Priority", "JobState", "Reason", "WorkDir", "StdOut", "Comment", "Features")
+
+
+def _fields(slurm_cluster, job_id: str) -> dict[str, str]:
+    out = slurm_cluster.run("scontrol", "--oneliner", "show", "job", job_id).stdout
+    fields = dict(word.split("=", 1) for word in out.split() if "=" in word)
+    # the uid hpc-bridge appends differs per submission by design
+    fields["Comment"] = fields.get("Comment", "").split("hpcbridge.io/uid=")[0]
+    fields["StdOut"] = re.sub(rf"-{job_id}\.out$", "-%j.out", fields.get("StdOut", ""))
+    return {name: fields.get(name, "-") for name in ASKED}
+
+
+def test_rest_job_is_the_job_sbatch_submits(rest_cluster, bridge_cluster, slurm_cluster, tmp_path) -> None:
+    """Exclusive nodes, GPUs, memory, a time limit and a partition reach slurmctld over REST exactly as through
+    sbatch: an API that ignored one (slurmrestd warns and submits anyway) would show here."""
+    trainjob = load_documents(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "asks-much", "annotations": {"hpcbridge.io/workdir": str(tmp_path),
+                                                          "hpcbridge.io/exclusive": "true",
+                                                          "hpcbridge.io/partition": "long"}},
+        "spec": {"runtimeRef": {"name": "plain"}, "suspend": True, "activeDeadlineSeconds": 600,
+                 "trainer": {"command": ["sleep", "300"], "numNodes": 2,
+                             "resourcesPerNode": {"requests": {"memory": "100Mi"},
+                                                  "limits": {"nvidia.com/gpu": "1"}}}}}))[0]
+    seen = {}
+    for cluster in (rest_cluster, bridge_cluster):
+        adapter = SlurmAdapter(cluster)
+        ref = adapter.submit(adapter.render(resolve(trainjob, RUNTIME, cluster)))
+        try:
+            seen[cluster.name] = _fields(slurm_cluster, ref.job_id)
+        finally:
+            adapter.cancel(ref)
+    assert seen["viarest"] == seen["testslurm"]
+    assert seen["viarest"]["OverSubscribe"] == "NO" and "gpu" in seen["viarest"]["TresPerNode"]
+    assert seen["viarest"]["TimeLimit"] == "00:10:00" and seen["viarest"]["NumNodes"] in ("2", "2-2")
+
+
+def test_rest_speaks_the_newest_api_the_server_serves(rest_cluster, slurm_cluster, capsys) -> None:
+    import urllib.request
+
+    from bridge.adapters.slurm.rest import VERSIONS, served_versions
+
+    adapter = SlurmAdapter(rest_cluster)
+    line = adapter.check()
+    version = adapter.rest.api.version
+    release = slurm_cluster.run("sinfo", "--version").stdout.split()[-1]
+    assert line.startswith(f"slurmrestd {version} on Slurm {release}: "), line
+    # what the server serves, read here from its own OpenAPI document: the newest hpc-bridge also speaks
+    request = urllib.request.Request(f"{rest_cluster.spec.slurm.rest_url}/openapi/v3", headers={
+        "X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": slurm_cluster.token()})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        served = served_versions(json.loads(answer.read()))
+    assert version == [v for v in VERSIONS if v in served][-1], (version, served)
+    with capsys.disabled():
+        print(f"\nslurmrestd on Slurm {release} serves {sorted(served)}; hpc-bridge speaks {version}")
