@@ -108,6 +108,7 @@ def test_one_job_description_per_generation() -> None:
     (["PENDING"], "PENDING", JobState.PENDING),
     (["RUNNING", "COMPLETING"], "COMPLETING", JobState.COMPLETING),
     (["PENDING", "REQUEUED"], "REQUEUED", JobState.PENDING),
+    (["PENDING", "REQUEUED", "EXPEDITING"], "EXPEDITING", JobState.PENDING),  # 26.05
     (["COMPLETED"], "COMPLETED", JobState.SUCCEEDED),
     (["FAILED", "LAUNCH_FAILED"], "FAILED", JobState.FAILED),
     (["CANCELLED"], "CANCELLED", JobState.CANCELLED),

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from bridge.adapters.base import JobState
 from bridge.errors import BackendUnavailable
 
-#: every base state Slurm 22.05 reports (squeue %T / sacct State), with the reason we add when the state
-#: alone folds several causes into one of ours
+#: every state Slurm 22.05 to 26.05 reports (squeue %T / sacct State), with the reason we add when the state
+#: alone folds several causes into one of ours; any other is Unknown, reported by its name
 STATE_MAP: dict[str, tuple[JobState, str | None]] = {
     "PENDING": (JobState.PENDING, None),
     "CONFIGURING": (JobState.PENDING, "Configuring"),
     "REQUEUED": (JobState.PENDING, "Requeued"),
+    "EXPEDITING": (JobState.PENDING, "ExpeditedRequeue"),  # 26.05: requeued to start again first
     "REQUEUE_FED": (JobState.PENDING, "Requeued"),
     "REQUEUE_HOLD": (JobState.PENDING, "RequeueHold"),
     "RESV_DEL_HOLD": (JobState.PENDING, "ReservationDeleted"),
