@@ -96,6 +96,8 @@ LAUNCH = [sys.executable, "-m", "bridge", "launch"]
 @pytest.fixture(params=[
     pytest.param("local", marks=pytest.mark.local),
     pytest.param("slurm", marks=pytest.mark.slurm),
+    pytest.param("slurm-rest", marks=pytest.mark.slurm),
+    pytest.param("slurm-ssh", marks=pytest.mark.slurm),
     pytest.param("kubernetes", marks=pytest.mark.kubernetes),
     pytest.param("kubernetes-real", marks=pytest.mark.kubernetes),
     pytest.param("flux-cli", marks=pytest.mark.flux),
@@ -111,6 +113,26 @@ def engine(request, tmp_path, monkeypatch) -> Iterator[Engine]:
         slurm = request.getfixturevalue("slurm_cluster")
         yield Engine("slurm", cluster_entry("conformance-slurm", {
             "type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm.conf)},
+            "defaults": {"partition": "debug", "launchCommand": LAUNCH}}), workdir=str(tmp_path))
+    elif kind == "slurm-rest":
+        # slurmrestd with a JWT, in the newest API it and hpc-bridge both speak (printed by test_slurm_rest)
+        slurm = request.getfixturevalue("slurm_cluster")
+        url = slurm.rest_url or slurm.start_rest()
+        token = tmp_path / "jwt"
+        token.write_text(slurm.token())
+        token.chmod(0o600)
+        yield Engine("slurm-rest", cluster_entry("conformance-slurm-rest", {
+            "type": "slurm", "slurm": {"transport": "rest", "restUrl": url, "user": "root", "tokenFile": str(token),
+                                       "slurmConf": str(slurm.conf)},
+            "defaults": {"partition": "debug", "launchCommand": LAUNCH}}), workdir=str(tmp_path))
+    elif kind == "slurm-ssh":
+        # the Slurm cluster across network-namespace hosts, its commands run over SSH on node-0 (host key checked)
+        netns_slurm = request.getfixturevalue("netns_slurm")
+        hosts = netns_slurm.hosts
+        yield Engine("slurm-ssh", cluster_entry("conformance-slurm-ssh", {
+            "type": "slurm", "slurm": {"transport": "ssh", "host": hosts.hosts[0].ip, "user": "root",
+                                       "keyFile": str(hosts.client_key), "knownHostsFile": str(hosts.known_hosts),
+                                       "slurmConf": str(netns_slurm.conf)},
             "defaults": {"partition": "debug", "launchCommand": LAUNCH}}), workdir=str(tmp_path))
     elif kind == "kubernetes":
         kube = request.getfixturevalue("kube_cluster")

@@ -1,6 +1,7 @@
 """One contract, every backend on its real engine: the same scenarios through the orchestration layer.
 
-local runs processes here; slurm is the real Slurm cluster; kubernetes the real control plane (JobSets on
+local runs processes here; slurm is the real Slurm cluster (its commands run here, over SSH on a login
+host, or through slurmrestd in the newest API both speak); kubernetes the real control plane (JobSets on
 kwok nodes, which schedule but run no process: scenarios that need a command's output or exit code read
 ``capabilities.runs_commands``); kubernetes-real the control plane with real kubelet nodes, whose pods run the
 command (tests/harness/kubelet.py); flux a live instance when flux-core is on PATH (both transports).
