@@ -164,6 +164,9 @@ class BackendOptions:
     #: (``hpcbridge.io/slurm-gpus``, e.g. ``gres=gpu:a100:2``)
     slurm_job_name: str | None = None
     slurm_gpus: str | None = None
+    #: off Slurm, the ``hpcbridge.io/sbatch.<option>`` values left out, each said in a plan note:
+    #: (option, value, why it changes nothing here) — see ``SBATCH_DROPPED_OFF_SLURM``
+    dropped: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,14 @@ class BatchScript:
     only_verbatim: str | None = None
     #: what sbatch itself would warn about (deprecated spellings); conversion notes do not apply to it
     notes: tuple[str, ...] = ()
+    #: (annotation, directive, conversion note) for each ``hpcbridge.io/*`` annotation a directive became, e.g.
+    #: ("hpcbridge.io/sbatch.mail-type", "#SBATCH line 6: --mail-type", "--mail-type=END: … passed through …"):
+    #: where the script runs by its meaning, errors and notes about the annotation name the line instead
+    origins: tuple[tuple[str, str, str | None], ...] = ()
+
+    def where(self, field: str) -> str | None:
+        """The directive an annotation field (``metadata.annotations[KEY]``) came from; None if none did."""
+        return next((where for key, where, _ in self.origins if field == f"metadata.annotations[{key}]"), None)
 
 
 @dataclass(frozen=True)
@@ -444,6 +455,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     annotations = dict(trainjob.metadata.annotations or {})
     options = backend_options(annotations, cluster, namespace, tenant)
     _check_privileged(options, cluster)
+    options = _drop_slurm_only(options, cluster, nodes, procs)
     workdir = annotations.get(WORKDIR_ANNOTATION) or container.working_dir or cluster.spec.defaults.workdir
     if workdir is not None and not workdir:
         raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", workdir, "must not be empty")
@@ -474,6 +486,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
             notes += (f"spec.trainer.command: Kubeflow's {KUBEFLOW_WORKSPACE} is this job's staging directory "
                       f"{staging.path(uid, '').rstrip('/')} on cluster {cluster.name} (no container to mount it in)",)
     notes += _gpu_note(framework, procs, resources, trainer_job.name)
+    notes += tuple(dropped_note(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{option}]", option, value, why,
+                                cluster.name, cluster.spec.type) for option, value, why in options.dropped)
     _check_xgboost_tracker(framework, env)
 
     plan = LaunchPlan(
@@ -989,6 +1003,98 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
 #: how a converted batch script spelled its GPU request (``gres=gpu:2``): Slurm re-emits it, since
 #: Slurm's job environment differs by spelling (SLURM_GPUS_PER_NODE); other backends read the count
 SLURM_GPU_OPTIONS = ("gres", "gpus", "gpus-per-node")
+
+
+#: sbatch options that change nothing about what a job computes, the resources it gets, when or where it runs,
+#: or where its output goes: off Slurm (local, Flux, Kubernetes) each is left out with one note saying why,
+#: instead of refusing a script for its mail line. Every other sbatch option off Slurm is mapped to a TrainJob
+#: field or scheduler knob the backend declares, or refused naming it. The same list is documented in README.md
+#: ("Moving from Slurm") and docs/sbatch-anywhere.md.
+SBATCH_DROPPED_OFF_SLURM: Mapping[str, str] = {
+    "comment": "a note Slurm keeps with the job record; the job never reads it",
+    "mail-type": "when Slurm mails about the job's state; nothing is mailed here and the job runs the same",
+    "mail-user": "whom Slurm mails about the job's state; nothing is mailed here and the job runs the same",
+    "nice": "the job's place in Slurm's queue; the job runs the same whenever it starts",
+    "requeue": "whether Slurm may rerun the job after a node failure or preemption; here a job is never rerun",
+    "no-requeue": "that Slurm must not rerun the job after a node failure or preemption; here a job is never rerun",
+    "kill-on-invalid-dep": "what Slurm does with a job whose dependency can no longer hold (cancel it or leave it "
+                           "pending); either way it never runs, and here it is never sent",
+    "acctg-freq": "how often Slurm samples the job's usage for accounting; the job runs the same",
+    "profile": "which usage profiles Slurm's profiling plugin records; the job runs the same",
+    "wckey": "the workload characterization key Slurm accounts the job under; the job runs the same",
+    "verbose": "how much sbatch itself prints; the job runs the same",
+    "quiet": "how much sbatch itself prints; the job runs the same",
+    "ignore-pbs": "tells sbatch to skip #PBS lines, which hpc-bridge never reads",
+}
+#: values that say only what a job gets off Slurm anyway, so they are left out with a note like the options above
+_DROPPED_VALUES: Mapping[str, tuple[frozenset[str], str]] = {
+    "export": (frozenset({"all"}), "sbatch's default said outright: the job gets the environment it gets "
+                                   "without this line"),
+    "time": (frozenset({"unlimited", "infinite", "-1"}), "no time limit, and the TrainJob sets none "
+                                                         "(no activeDeadlineSeconds)"),
+}
+
+
+def dropped_note(where: str, option: str, value: str, why: str, cluster: str, backend: str) -> str:
+    """The one note a dropped sbatch option gets, naming it by *where* (its annotation, or its #SBATCH line)."""
+    from bridge.convert.sbatch.parse import passthrough_value
+
+    written = passthrough_value(option, value)
+    shown = f"--{option}" if written is None else f"--{option}={written}"
+    return f"{where}: {shown} dropped on cluster {cluster!r} ({backend}): {why}"
+
+
+def _drop_slurm_only(options: BackendOptions, cluster: BridgeCluster, nodes: int, procs: int) -> BackendOptions:
+    """Off Slurm: the sbatch options that change nothing about the job left out (``dropped``, one note each),
+    and a converted script's Slurm spellings of what numNodes and numProcPerNode already say (``--ntasks``, a
+    ``--nodes`` range) too; a total the fields cannot say is refused. Everything else stays, for the adapter to
+    map or refuse by name. Tenancy's allowlist was applied before: a tenant may not pass what it may not drop."""
+    if cluster.spec.type == "slurm" or not options.sbatch_extra:
+        return options
+    kept: list[tuple[str, str]] = []
+    dropped: list[tuple[str, str, str]] = []
+    for option, value in options.sbatch_extra:
+        why = SBATCH_DROPPED_OFF_SLURM.get(option)
+        if why is None and option in _DROPPED_VALUES and value.lower() in _DROPPED_VALUES[option][0]:
+            why = _DROPPED_VALUES[option][1]
+        if why is None and option == "open-mode" and options.output is None and options.error is None:
+            why = ("whether Slurm appends to or truncates output files; here the job's output is a log of its own, "
+                   "new for each job, so both write the same")
+        if why is None and option == "ntasks":
+            why = _ntasks_here(value, nodes, procs, cluster)
+        if why is None and option == "nodes":
+            why = _node_range_here(value, nodes)
+        if why is None:
+            kept.append((option, value))
+        else:
+            dropped.append((option, value, why))
+    return replace(options, sbatch_extra=tuple(kept), dropped=tuple(dropped))
+
+
+def _ntasks_here(value: str, nodes: int, procs: int, cluster: BridgeCluster) -> str | None:
+    """A script's total task count off Slurm: what numNodes x numProcPerNode already says, or refused."""
+    if not value.isdigit():
+        return None
+    if int(value) != nodes * procs:
+        raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}ntasks]", value,
+                          f"cluster {cluster.name!r} ({cluster.spec.type}) runs the same number of tasks on every "
+                          f"node: {nodes} node(s) x {procs} is {nodes * procs}, not {value}; give a task count "
+                          "the node count divides, or pick a Slurm cluster")
+    return f"the total numNodes x numProcPerNode gives ({nodes} x {procs}); the job runs {value} tasks here too"
+
+
+def _node_range_here(value: str, nodes: int) -> str | None:
+    """A script's node range off Slurm: the job runs on numNodes, the range's minimum, which the range allows."""
+    from bridge.convert.sbatch.values import BadValue, node_range
+
+    try:
+        low, high = node_range(value)
+    except BadValue:
+        return None
+    if not low <= nodes <= high:
+        return None
+    return (f"a node count Slurm picks within the range; here the job runs on numNodes ({nodes}), which the "
+            "range allows")
 
 
 def backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str,

@@ -200,8 +200,26 @@ def _read_script(text: str, source: str, path: str | None, sbatch_flags: Sequenc
         only_verbatim = (f"a script with {uncarried[0].field} {uncarried[0].value!r} (a value no TrainJob annotation "
                          "can carry)")
     script = BatchScript(text, os.path.abspath(path) if path else None, tuple(sbatch_flags),
-                         request.get("job-name"), request.get("comment"), only_verbatim, request.notes)
+                         request.get("job-name"), request.get("comment"), only_verbatim, request.notes,
+                         _origins(request, trainjob, report))
     return Input((trainjob,), source, path, tuple(report), script)
+
+
+def _origins(request, trainjob: TrainJob, report: Sequence[str]) -> tuple[tuple[str, str, str | None], ...]:
+    """For each ``hpcbridge.io/*`` annotation a directive became: (annotation, directive, conversion note)."""
+    from bridge.annotations import EXCLUSIVE_ANNOTATION, PREFIX, SBATCH_PASSTHROUGH_PREFIX
+    from bridge.convert.sbatch.mapping import _KNOB_OPTIONS
+
+    annotations = trainjob.metadata.annotations or {}
+    found = []
+    for option, directive in request.options.items():
+        knob = EXCLUSIVE_ANNOTATION if option == "exclusive" else \
+            f"{PREFIX}{_KNOB_OPTIONS[option]}" if option in _KNOB_OPTIONS else None
+        for key in (f"{SBATCH_PASSTHROUGH_PREFIX}{option}", knob):
+            if key in annotations:
+                said = next((line for line in report if line.endswith(f"passed through verbatim as {key}")), None)
+                found.append((key, directive.where, said))
+    return tuple(found)
 
 
 # --- clusters ----------------------------------------------------------------------------------------------
@@ -343,6 +361,41 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
 def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
                  adapter_for: Callable[[BridgeCluster], Adapter] | None,
                  tenancy: TenantRequest | None = None) -> Prepared:
+    script = source.script
+    if script is None:
+        return _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy)
+    try:
+        prepared = _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy)
+    except InvalidSpec as exc:
+        where = script.where(exc.field)
+        if where is None:
+            raise
+        # the user wrote a #SBATCH line, not an annotation: the error names the line
+        raise InvalidSpec(where, exc.value, exc.problem, source=source.source) from None
+    return _told_by_line(prepared, script)
+
+
+def _told_by_line(prepared: Prepared, script: BatchScript) -> Prepared:
+    """A script's options dropped off Slurm are told once each, by the line that gave them: the plan's note
+    names the line instead of the annotation, and conversion's "passed through verbatim" goes."""
+    from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX
+    from bridge.plan import dropped_note
+
+    plan, notes = prepared.plan, list(prepared.notes)
+    for option, value, why in plan.options.dropped:
+        key = f"{SBATCH_PASSTHROUGH_PREFIX}{option}"
+        for origin, where, said in script.origins:
+            if origin != key:
+                continue
+            by_key = dropped_note(f"metadata.annotations[{key}]", option, value, why, plan.cluster, plan.backend)
+            by_line = dropped_note(where.rpartition(": ")[0], option, value, why, plan.cluster, plan.backend)
+            notes = [by_line if note == by_key else note for note in notes if note != said]
+    return replace(prepared, notes=tuple(notes))
+
+
+def _prepare_target(target: BridgeCluster, trainjob, runtime, source: Input,
+                    adapter_for: Callable[[BridgeCluster], Adapter] | None,
+                    tenancy: TenantRequest | None = None) -> Prepared:
     from bridge.plan import resolve
 
     tenant = None

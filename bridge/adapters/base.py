@@ -22,7 +22,7 @@ from enum import StrEnum
 from bridge.annotations import PREFIX, SBATCH_PASSTHROUGH_PREFIX
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import InvalidSpec, Unsupported
-from bridge.plan import LaunchPlan
+from bridge.plan import SBATCH_DROPPED_OFF_SLURM, LaunchPlan
 
 
 @dataclass(frozen=True)
@@ -206,11 +206,15 @@ class Adapter(ABC):
         """Refuse every scheduler option this backend does not declare (InvalidSpec naming it)."""
         declared = {option.name for option in self.options}
         for name, value in set_options(plan):
+            if name == "sbatch" and name not in declared:
+                raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{value[0]}]", value[1],
+                                  f"cluster {self.cluster.name!r} ({self.backend}) has no equivalent of sbatch's "
+                                  f"--{value[0]}; remove it or pick a Slurm cluster (off Slurm only options that "
+                                  "change nothing about the job are dropped, each with a note: "
+                                  f"{', '.join(SBATCH_DROPPED_OFF_SLURM)})")
             if name not in declared:
-                knob = f"{SBATCH_PASSTHROUGH_PREFIX}{value[0]}" if name == "sbatch" else f"{PREFIX}{name}"
-                shown = value[1] if name == "sbatch" else value
                 known = ", ".join(sorted(declared)) or "none"
-                raise InvalidSpec(f"metadata.annotations[{knob}]", shown,
+                raise InvalidSpec(f"metadata.annotations[{PREFIX}{name}]", value,
                                   f"cluster {self.cluster.name!r} ({self.backend}) has no {name} option "
                                   f"(it understands: {known}); remove it or pick another cluster")
 

@@ -154,10 +154,10 @@ def test_sbatch_flags_override_script_and_yaml(tmp_path: Path) -> None:
     plain.write_text("#!/bin/bash\n#SBATCH -N 2\nsrun ./train\n")
     flux = hpcbridge("convert", str(plain), "--to", "jobspec", "-N", "3")
     assert json.loads(flux.stdout)["resources"][0]["count"] == 3, flux.stderr
-    # the local cluster has no partitions: the script's -p is refused, naming the option and the cluster
+    # the local cluster has no partitions: the script's -p is refused, naming the line and the cluster
     local = hpcbridge("submit", str(path), "--dry-run", "--cluster", "local", "-N", "3")
     assert local.returncode == 2 and len(local.stderr.strip().splitlines()) == 1
-    assert "hpcbridge.io/partition" in local.stderr and "cluster 'local'" in local.stderr
+    assert "#SBATCH line 2: -p: " in local.stderr and "cluster 'local'" in local.stderr
     yaml_flags = hpcbridge("convert", str(EXAMPLE), "--to", "jobspec", "-N", "5", "-t", "10")
     spec = json.loads(yaml_flags.stdout)
     assert spec["resources"][0]["count"] == 5 and spec["attributes"]["system"]["duration"] == 600.0
