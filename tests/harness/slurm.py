@@ -1,8 +1,11 @@
-"""A real Slurm 22.05 cluster for tests: slurmctld and several slurmd on this machine, state in a temp dir.
+"""A real Slurm cluster for tests: slurmctld and several slurmd on this machine, state in a temp dir.
 
 N ``slurmd -N nodeX`` on localhost (one machine, no network namespaces), each on its own port,
 with 2 CPUs, 2000 MB and two (fake-device) GPUs per node. No accounting; finished jobs are in the
 job-completion log. Everything is stopped by PID.
+
+The release is this machine's (Debian 12's 22.05) or, given an ``install`` (tests/harness/slurm_versions.py),
+another one: its daemons, its commands first on the cluster's PATH, and the configuration lines it needs.
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
+
+from tests.harness.slurm_versions import HOST_RELEASE, SlurmInstall
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "sinfo", "sbatch", "squeue", "scontrol", "scancel", "sacct")
 
@@ -65,15 +71,42 @@ def ensure_munge() -> None:
     raise RuntimeError("munged did not come up")
 
 
+def _untraversable(path: Path) -> Path | None:
+    """The outermost folder above *path* that other users may not enter (root's home: /root), or None."""
+    for folder in reversed(path.parents):
+        if not os.stat(folder).st_mode & stat.S_IXOTH:
+            return folder
+    return None
+
+
+# Another release's slurmrestd, as nobody, must read its files under root's cache (/root is root's alone): in a
+# mount namespace of its own, a world-readable tmpfs covers the folder nobody may not enter, and the release's
+# folder is bound back at its path. Nothing else of root's home is there for it.
+REVEAL = """blocked=$1 home=$2; shift 2
+keep=$(mktemp -d)
+mount --bind "$home" "$keep"
+mount -t tmpfs -o mode=0755 hpcbridge-slurmrestd "$blocked"
+mkdir -p "$home"
+mount --bind "$keep" "$home"
+umount "$keep"; rmdir "$keep"
+exec "$@"
+"""
+
+
 class SlurmCluster:
     def __init__(self, base: Path, nodes: int = 4, cpus: int = 2, memory_mb: int = 2000, gpus: int = 2,
-                 min_job_age: int = 300) -> None:
+                 min_job_age: int = 300, install: SlurmInstall | None = None) -> None:
         self.base = Path(base)
+        self.install = install
+        #: the Slurm release this cluster runs ("22.05", "24.11"...)
+        self.release = install.release if install else HOST_RELEASE
         self.nodes = nodes
         self.cpus, self.memory_mb, self.gpus, self.min_job_age = cpus, memory_mb, gpus, min_job_age
         self.conf = self.base / "etc" / "slurm.conf"
         self.pids: list[int] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        if install is not None:
+            self.env["PATH"] = f"{install.bin_dir}:{os.environ.get('PATH', '')}"
         self.rest_url: str | None = None
         self._rest: subprocess.Popen | None = None
 
@@ -81,9 +114,18 @@ class SlurmCluster:
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
 
+    def tool(self, name: str) -> str:
+        """The command *name* of this cluster's release (a path for another release, else the name)."""
+        return self.install.command(name) if self.install else name
+
+    def slurmd_argv(self, *extra: str) -> list[str]:
+        # another release's slurmd must start its own slurmstepd, not the compiled-in /usr/sbin one (22.05's)
+        stepd = ["-d", self.tool("slurmstepd")] if self.install else []
+        return [self.tool("slurmd"), *stepd, *extra]
+
     def write_config(self) -> None:
         missing = [tool for tool in DAEMONS if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}")]
-        if missing:
+        if missing and self.install is None:
             raise RuntimeError(f"Slurm/munge not installed ({', '.join(missing)} missing): run scripts/setup.sh --all")
         ports = _free_port_block(self.nodes + 1)
         b = self.base
@@ -131,6 +173,8 @@ Licenses=matlab:2
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
 """)
+        if self.install is not None:
+            self._write_release_config()
         (b / "etc" / "jwt_hs256.key").write_bytes(os.urandom(32))
         (b / "etc" / "jwt_hs256.key").chmod(0o600)
         # slurmrestd runs as nobody and must read slurm.conf
@@ -141,13 +185,21 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
         (self.conf.parent / "gres.conf").write_text(
             "AutoDetect=off\n" + "".join(f"NodeName=node[1-{self.nodes}] Name=gpu Type=a100 File={d}\n" for d in devices))
 
+    def _write_release_config(self) -> None:
+        """What another release needs: its own plugins (the compiled-in directory holds 22.05's), and a
+        cgroup.conf (from 23.x slurmd reads one at start even with proctrack/linuxproc and task/none)."""
+        assert self.install is not None
+        with open(self.conf, "a", encoding="utf-8") as conf:
+            conf.write(f"PluginDir={self.install.plugin_dir}\n")
+        (self.conf.parent / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+
     def start(self) -> None:
         ensure_munge()
         self.write_config()
-        subprocess.run(["slurmctld"], env=self.env, check=True)
+        subprocess.run([self.tool("slurmctld")], env=self.env, check=True)
         for node in self.node_names:
             (self.base / "spool" / node).mkdir(exist_ok=True)
-            subprocess.run(["slurmd", "-N", node], env=self.env, check=True)
+            subprocess.run(self.slurmd_argv("-N", node), env=self.env, check=True)
         self._collect_pids()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -158,13 +210,19 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
         raise RuntimeError(f"Slurm nodes not idle: {self.log_tail()}")
 
     def start_rest(self) -> str:
-        """slurmrestd with JWT auth on a loopback port, as nobody (it refuses root), OpenAPI v0.0.38 only."""
+        """slurmrestd with JWT auth on a loopback port, as nobody (it refuses root). 22.05's serves OpenAPI
+        v0.0.38 only; another release's serves what its slurmctld plugin does (without slurmdbd, loading all
+        plugins fails)."""
         port = _free_port_block(1, start=41000, end=50000)
         log = open(self.base / "log" / "slurmrestd.log", "wb")
-        self._rest = subprocess.Popen(
-            ["runuser", "-u", "nobody", "--", "env", f"SLURM_CONF={self.conf}", "SLURM_JWT=daemon",
-             "slurmrestd", "-s", "openapi/v0.0.38", "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        argv = ["runuser", "-u", "nobody", "--", "env", f"SLURM_CONF={self.conf}", "SLURM_JWT=daemon",
+                self.tool("slurmrestd"), "-s", "openapi/v0.0.38" if self.install is None else "openapi/slurmctld"]
+        blocked = self.install and _untraversable(self.install.home)
+        if blocked:
+            argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", REVEAL, "reveal",
+                    str(blocked), str(self.install.home), *argv]
+        self._rest = subprocess.Popen([*argv, "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.rest_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -201,7 +259,7 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
         """slurmctld again, recovering its saved state (jobs included)."""
         pid_file = self.base / "run" / "slurmctld.pid"
         pid_file.unlink(missing_ok=True)
-        subprocess.run(["slurmctld"], env=self.env, check=True)
+        subprocess.run([self.tool("slurmctld")], env=self.env, check=True)
         deadline = time.monotonic() + 30
         while not (pid_file.exists() and pid_file.read_text().strip()):
             if time.monotonic() > deadline:
@@ -249,9 +307,10 @@ class NetnsSlurmCluster(SlurmCluster):
     """Variant b: slurmctld in the root namespace on the bridge address, one slurmd inside each emulated host,
     so a job really spans hosts (own hostname and IP; MPI goes over the veth network)."""
 
-    def __init__(self, base: Path, hosts) -> None:
-        super().__init__(base, nodes=len(hosts.hosts), gpus=0)
+    def __init__(self, base: Path, hosts, install: SlurmInstall | None = None) -> None:
+        super().__init__(base, nodes=len(hosts.hosts), gpus=0, install=install)
         self.hosts = hosts
+        self._overlaid: list = []
 
     @property
     def node_names(self) -> list[str]:
@@ -277,10 +336,12 @@ class NetnsSlurmCluster(SlurmCluster):
     def start(self) -> None:
         ensure_munge()
         self.write_config()
-        subprocess.run(["slurmctld"], env=self.env, check=True)
+        if self.install is not None:
+            self._overlay_commands()
+        subprocess.run([self.tool("slurmctld")], env=self.env, check=True)
         for host in self.hosts.hosts:
             (self.base / "spool" / host.name).mkdir(exist_ok=True)
-            self.hosts.exec_in_host(host, ["slurmd"], env=self.env, check=True)
+            self.hosts.exec_in_host(host, self.slurmd_argv(), env=self.env, check=True)
         self._collect_pids()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -289,3 +350,21 @@ class NetnsSlurmCluster(SlurmCluster):
                 return
             time.sleep(0.1)
         raise RuntimeError(f"Slurm netns nodes not idle: {self.log_tail()}")
+
+    def _overlay_commands(self) -> None:
+        """Another release's commands in each host's /usr/local/bin (an overlay on top of what is there, in the
+        host's own mount namespace): an SSH login's PATH is sshd's default, which no fixture can set, and
+        /usr/local/bin comes before /usr/bin (22.05's) in it, as in sudo's secure_path."""
+        assert self.install is not None
+        for host in self.hosts.hosts:
+            self.hosts.exec_in_host(host, ["mount", "-t", "overlay", "hpcbridge-slurm", "-o",
+                                           f"lowerdir={self.install.bin_dir}:/usr/local/bin", "/usr/local/bin"],
+                                    check=True)
+            self._overlaid.append(host)
+
+    def stop(self) -> None:
+        super().stop()
+        for host in self._overlaid:
+            self.hosts.exec_in_host(host, ["umount", "/usr/local/bin"], check=False)
+        self._overlaid = []
+

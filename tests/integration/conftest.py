@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import slurm_versions
 from tests.harness.kube import KubeCluster
 from tests.harness.kubelet import RealNodeCluster
 from tests.harness.netns import HostCluster
@@ -39,9 +40,28 @@ def netns_hosts(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster():
+def slurm_install() -> Iterator[slurm_versions.SlurmInstall | None]:
+    """The Slurm release the session's clusters run: ``HPCBRIDGE_SLURM=24.11`` or ``26.05`` builds (once,
+    cached) and returns that release, with its commands first on PATH for the rest of the session, so the
+    adapter, the tests' own calls and the jobs (sbatch hands its environment on) use them; None, the default
+    (unset or 22.05), is this machine's own packages."""
+    release = slurm_versions.requested()
+    if release is None:
+        yield None
+        return
+    install = slurm_versions.install(release)
+    saved = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{install.bin_dir}:{saved}"
+    try:
+        yield install
+    finally:
+        os.environ["PATH"] = saved
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(slurm_install):
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-"))
-    cluster = SlurmCluster(base)
+    cluster = SlurmCluster(base, install=slurm_install)
     try:
         cluster.start()
         yield cluster
@@ -50,10 +70,11 @@ def slurm_cluster():
 
 
 @pytest.fixture(scope="session")
-def netns_slurm(netns_hosts):
+def netns_slurm(netns_hosts, slurm_install):
     """Slurm with slurmctld on the hosts' bridge and one slurmd per emulated host; node-0 doubles as the login
     host the SSH transport reaches."""
-    cluster = NetnsSlurmCluster(Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-ns-")), netns_hosts)
+    cluster = NetnsSlurmCluster(Path(tempfile.mkdtemp(prefix="hpcbridge-slurm-ns-")), netns_hosts,
+                                install=slurm_install)
     try:
         cluster.start()
         yield cluster
