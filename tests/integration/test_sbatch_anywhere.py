@@ -113,3 +113,30 @@ def test_a_failing_step_fails_the_job_with_its_code(engine, request, tmp_path, t
         expected = (*expected[:2], expected[2][1:])
     assert (state, lines) == (JobState.FAILED, expected[2]), "\n".join(["got:", *lines, "slurm:", *expected[2]])
     assert code == 7
+
+
+@pytest.mark.local
+def test_the_example_script_runs_unchanged_on_the_local_cluster_with_one_note_for_its_mail_line(tmp_path) -> None:
+    """examples/train.sbatch as it is (with its --mail-type=END): submitted, not only rendered, it runs, and
+    submit says what --dry-run says about the line it drops."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env.pop("HPCBRIDGE_CONFIG", None)
+
+    def submit(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bridge", "submit", str(ROOT / "examples" / "train.sbatch"),
+                               "--cluster", "local", *args], capture_output=True, text=True, env=env, timeout=300,
+                              cwd=tmp_path)
+
+    def notes(result: subprocess.CompletedProcess) -> list[str]:
+        return [line for line in result.stderr.splitlines() if line.startswith("hpcbridge: note: ")]
+
+    dry, ran = submit("--dry-run"), submit("--wait")
+    assert dry.returncode == 0 and ran.returncode == 0, dry.stderr + ran.stderr
+    assert [n for n in notes(ran) if "mail-type" in n] == [
+        "hpcbridge: note: #SBATCH line 6: --mail-type=END dropped on cluster 'local' (local): when Slurm mails "
+        "about the job's state; nothing is mailed here and the job runs the same"]
+    assert [n for n in notes(ran) if "mail-type" in n] == [n for n in notes(dry) if "mail-type" in n]
+    assert "running on 127.0.0.[1-2] with 4 tasks" in ran.stdout, ran.stdout
