@@ -207,14 +207,13 @@ def _read_script(text: str, source: str, path: str | None, sbatch_flags: Sequenc
 
 def _origins(request, trainjob: TrainJob, report: Sequence[str]) -> tuple[tuple[str, str, str | None], ...]:
     """For each ``hpcbridge.io/*`` annotation a directive became: (annotation, directive, conversion note)."""
-    from bridge.annotations import EXCLUSIVE_ANNOTATION, PREFIX, SBATCH_PASSTHROUGH_PREFIX
-    from bridge.convert.sbatch.mapping import _KNOB_OPTIONS
+    from bridge.annotations import PREFIX, SBATCH_PASSTHROUGH_PREFIX
 
     annotations = trainjob.metadata.annotations or {}
     found = []
     for option, directive in request.options.items():
-        knob = EXCLUSIVE_ANNOTATION if option == "exclusive" else \
-            f"{PREFIX}{_KNOB_OPTIONS[option]}" if option in _KNOB_OPTIONS else None
+        # a knob is named as the option it comes from (--partition: hpcbridge.io/partition), but --chdir
+        knob = WORKDIR_ANNOTATION if option == "chdir" else f"{PREFIX}{option}"
         for key in (f"{SBATCH_PASSTHROUGH_PREFIX}{option}", knob):
             if key in annotations:
                 said = next((line for line in report if line.endswith(f"passed through verbatim as {key}")), None)

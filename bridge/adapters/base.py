@@ -207,9 +207,11 @@ class Adapter(ABC):
         declared = {option.name for option in self.options}
         for name, value in set_options(plan):
             if name == "sbatch" and name not in declared:
-                raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{value[0]}]", value[1],
+                assert isinstance(value, tuple)  # set_options gives ("sbatch", (option, value))
+                option, given = value
+                raise InvalidSpec(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{option}]", given,
                                   f"cluster {self.cluster.name!r} ({self.backend}) has no equivalent of sbatch's "
-                                  f"--{value[0]}; remove it or pick a Slurm cluster (off Slurm only options that "
+                                  f"--{option}; remove it or pick a Slurm cluster (off Slurm only options that "
                                   "change nothing about the job are dropped, each with a note: "
                                   f"{', '.join(SBATCH_DROPPED_OFF_SLURM)})")
             if name not in declared:
