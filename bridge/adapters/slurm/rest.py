@@ -43,6 +43,8 @@ VERSIONS = ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: Slurm's error number for "Job is in held state, pending scheduler release" (not a failure: the job exists)
 ESLURM_JOB_HELD = 2042
+#: ... which the data_parser APIs report as a warning instead
+HELD_TEXT = "Job is in held state"
 _VERSION = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 
 
@@ -173,7 +175,14 @@ class Api:
         raise NotImplementedError
 
     def pings(self, payload: dict[str, Any]) -> str:
-        return ", ".join(f"{p.get('hostname')} {p.get('pinged') or p.get('ping')}" for p in payload.get("pings", []))
+        """The controllers slurmrestd reached; none answering is trouble (24.11 reports a forged token so)."""
+        pings = [p for p in payload.get("pings", []) if isinstance(p, dict)]
+        up = [p for p in pings if p.get("responding", str(p.get("pinged") or p.get("ping")).upper() == "UP")]
+        if not up:
+            shown = ", ".join(f"{p.get('hostname')} {p.get('pinged') or p.get('status') or 'DOWN'}" for p in pings)
+            raise BackendUnavailable("slurmrestd", f"slurmctld does not answer slurmrestd ({shown or 'no controller'})"
+                                                   "; is the token valid?")
+        return ", ".join(f"{p.get('hostname')} UP" for p in up)
 
     def node_rows(self, nodes: list[dict[str, Any]], partitions: list[dict[str, Any]]) -> list[sinfo.NodeRow]:
         return sinfo.rest_rows(nodes, partitions)
@@ -290,10 +299,13 @@ class DataParser(Api):
                                  "idle_cpus": int(idle) if isinstance(idle, int) else cpus - int(
                                      node.get("alloc_cpus", 0))})
         legacy_partitions = []
+        # v0.0.40 to v0.0.42 (Slurm 24.11) leave partitions' flags out, Default among them: a lone partition is
+        # the default all the same; of several, which one is cannot be told (count() then says so)
+        lone = len(partitions) == 1 and partitions[0].get("flags") is None
         for part in partitions:
             maximums = part.get("maximums", {})
             states = part.get("partition", {}).get("state", ["UP"])
-            flags = part.get("flags") or part.get("partition", {}).get("flags") or []
+            flags = part.get("flags") or (["DEFAULT"] if lone else [])
             legacy_partitions.append({
                 "name": part.get("name", ""), "flags": [str(f).lower() for f in flags],
                 "maximum_time": _or_none(_number(maximums.get("time"))),
@@ -451,8 +463,8 @@ class RestClient:
         self.check_fields(body.get("job", {}))
         # a held job is submitted, yet slurmrestd lists "Job is in held state" among the errors
         payload = self.request("POST", "/job/submit", body, tolerate=frozenset({ESLURM_JOB_HELD}))
-        job_id = str(payload.get("job_id") or payload.get("result", {}).get("job_id") or "")
-        warnings = _warnings(payload)
+        job_id = str(payload.get("job_id") or (payload.get("result") or {}).get("job_id") or "")
+        warnings = _warnings(payload, HELD_TEXT if body.get("job", {}).get("hold") else None)
         if warnings:
             # slurmrestd submitted the job without something it was asked: that job is not the one asked for
             if job_id:
@@ -506,9 +518,11 @@ def _errors(payload: dict[str, Any], tolerate: frozenset[int] = frozenset()) -> 
     return "; ".join(_message(e) for e in items)
 
 
-def _warnings(payload: dict[str, Any]) -> str:
-    items = payload.get("warnings") or []
-    return "; ".join(_message(w) for w in items if isinstance(w, dict))
+def _warnings(payload: dict[str, Any], expected: str | None = None) -> str:
+    """The warnings of an answer as one line, but for those saying *expected* (what was asked for)."""
+    items = [w for w in payload.get("warnings") or [] if isinstance(w, dict)
+             and not (expected and expected in str(w.get("description", "")))]
+    return "; ".join(_message(w) for w in items)
 
 
 def _message(item: dict[str, Any]) -> str:

@@ -81,6 +81,9 @@ def count(rows: Sequence[NodeRow], need: NodeNeed, nodes: int, partition: str | 
           time_limit: int | None) -> Capacity:
     """Nodes of the plan's partition (else the default one) that fit one of its nodes, now and at all."""
     name = partition or next((row.partition for row in rows if row.default), None)
+    if name is None and rows:
+        return Capacity(0, 0, "the cluster does not say which partition is its default (slurmrestd v0.0.40 to "
+                              "v0.0.42 do not); name one (hpcbridge.io/partition or the cluster's defaults.partition)")
     mine = [row for row in rows if row.partition == name]
     if not mine:
         known = sorted({row.partition for row in rows})
