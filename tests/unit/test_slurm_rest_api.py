@@ -72,13 +72,13 @@ DOCUMENT = {
               "/slurm/v0.0.42/jobs/": {}, "/slurm/v0.0.41/ping/": {}, "/slurmdb/v0.0.42/jobs/": {}},
     "components": {"schemas": {
         "v0.0.42_job_submit_req": {"properties": {"script": {}, "job": {"$ref": "#/components/schemas/v0.0.42_job"}}},
-        "v0.0.42_job": {"properties": {"name": {}, "environment": {}, "tres_per_node": {}}}}},
+        "v0.0.42_job": {"properties": {"name": {}, "environment": {}, "tres_per_node": {}, "hold": {}}}}},
 }
 
 
 def test_versions_and_job_fields_come_from_the_servers_openapi_document() -> None:
     assert served_versions(DOCUMENT) == {"v0.0.41", "v0.0.42"}  # slurmdb paths are another API
-    assert job_fields(DOCUMENT, "v0.0.42") == {"name", "environment", "tres_per_node"}
+    assert job_fields(DOCUMENT, "v0.0.42") == {"name", "environment", "tres_per_node", "hold"}
     assert job_fields(DOCUMENT, "v0.0.41") is None  # the document does not say: slurmrestd's answer decides
 
 
@@ -236,3 +236,80 @@ def test_a_pinned_version_renders_without_the_server_and_submit_checks_it_is_ser
     with pytest.raises(BackendRejected, match="does not serve the pinned API v0.0.40"):
         client.submit({"script": "#!/bin/sh\n", "job": {"name": "j"}})
     assert not [call for call in _Slurmrestd.calls if call[0] == "POST"]
+
+
+#: jobs as slurmrestd 24.11 (v0.0.42) and 26.05 (v0.0.45) answered GET /job/{id}: one that exited 3, one
+#: cancelled while it ran (tests/integration/slurm/test_slurm_rest.py runs the same against the real servers)
+REAL_JOBS = {
+    "v0.0.42": [
+        {"job_id": 1, "job_state": ["FAILED"], "exit_code": {"status": ["ERROR"], "return_code": _set(3),
+                                                            "signal": {"id": _unset(), "name": ""}},
+         "het_job_id": _set(0), "standard_output": "/w/o-1.out", "stdout_expanded": None, "comment": "",
+         "nodes": "node1", "state_reason": "NonZeroExitCode", "user_name": "root", "name": "e"},
+        {"job_id": 2, "job_state": ["CANCELLED"], "exit_code": {"status": ["SIGNALED"], "return_code": _unset(),
+                                                               "signal": {"id": _set(15), "name": "TERM"}},
+         "het_job_id": _set(0), "standard_output": "/w/slurm-2.out", "stdout_expanded": None, "comment": "",
+         "nodes": "node2", "state_reason": "None", "user_name": "root", "name": "s"}],
+    "v0.0.45": [
+        {"job_id": 1, "job_state": ["FAILED"], "exit_code": {"status": ["ERROR"], "return_code": _set(3),
+                                                            "signal": {"id": _unset(), "name": ""}},
+         "het_job_id": _set(0), "standard_output": "/w/o-%j.out", "stdout_expanded": "/w/o-1.out", "comment": "",
+         "nodes": "node1", "state_reason": "NonZeroExitCode", "user_name": "root", "name": "e"},
+        {"job_id": 2, "job_state": ["CANCELLED"], "exit_code": {"status": ["SIGNALED"], "return_code": _unset(),
+                                                               "signal": {"id": _set(15), "name": "TERM"}},
+         "het_job_id": _set(0), "standard_output": "slurm-%j.out", "stdout_expanded": "/w/slurm-2.out",
+         "comment": "", "nodes": "node2", "state_reason": "None", "user_name": "root", "name": "s"}],
+}
+
+
+@pytest.mark.parametrize("version", sorted(REAL_JOBS))
+def test_real_answers_of_each_version(version) -> None:
+    api = api_for(version)
+    failed, cancelled = (api.record(job) for job in REAL_JOBS[version])
+    assert (failed.job_id, failed.state, failed.exit_code, failed.reason) == ("1", JobState.FAILED, 3,
+                                                                             "NonZeroExitCode")
+    assert (cancelled.job_id, cancelled.state, cancelled.exit_code) == ("2", JobState.CANCELLED, 143)
+    # the output file as the server expanded it (26.05 keeps standard_output as written)
+    assert [api.output_path(job, str(job["job_id"])) for job in REAL_JOBS[version]] == ["/w/o-1.out",
+                                                                                         "/w/slurm-2.out"]
+
+
+def test_partitions_without_flags_leave_the_default_unknown_unless_there_is_one() -> None:
+    from bridge.adapters.base import NodeNeed
+    from bridge.adapters.slurm.sinfo import count
+
+    node = {"name": "node1", "cpus": 2, "alloc_cpus": 0, "alloc_idle_cpus": 2, "state": ["IDLE"],
+            "gres": "gpu:a100:2", "gres_used": "gpu:a100:0(IDX:N/A)", "partitions": ["debug"], "real_memory": 2000,
+            "alloc_memory": 0}
+    # 24.11 (v0.0.42) as it answers: "flags": None
+    part = {"name": "debug", "flags": None, "partition": {"state": ["UP"]},
+            "maximums": {"nodes": {"set": False, "infinite": True, "number": 0},
+                         "time": {"set": False, "infinite": True, "number": 0}}}
+    need = NodeNeed(cpus=1, gpus=0, memory_mib=None)
+    lone = DataParser("v0.0.42").node_rows([node], [part])
+    assert lone[0].default and count(lone, need, 1, None, None).fitting == 1
+    two = DataParser("v0.0.42").node_rows([{**node, "partitions": ["debug", "long"]}],
+                                         [part, {**part, "name": "long"}])
+    unknown = count(two, need, 1, None, None)
+    assert unknown.fitting == 0 and "does not say which partition is its default" in unknown.detail
+    assert count(two, need, 1, "long", None).fitting == 1
+
+
+def test_ping_reports_only_a_controller_that_answers() -> None:
+    from bridge.errors import BackendUnavailable
+
+    assert DataParser("v0.0.45").pings({"pings": [{"hostname": "vm", "responding": True, "status": "No error"}]}) \
+        == "vm UP"
+    assert Legacy("v0.0.38").pings({"pings": [{"hostname": "vm", "ping": "UP"}]}) == "vm UP"
+    with pytest.raises(BackendUnavailable, match=r"slurmctld does not answer slurmrestd \(vm DOWN\); is the token"):
+        DataParser("v0.0.42").pings({"pings": [{"hostname": "vm", "pinged": "DOWN", "responding": False}]})
+
+
+def test_a_held_jobs_warning_is_what_was_asked(server, tmp_path) -> None:
+    held = [{"description": "Job submission resulted in non-zero return code: Job is in held state, pending "
+                            "scheduler release", "source": "slurm_submit_batch_job()"}]
+    _Slurmrestd.submit_answer = {"job_id": 43, "warnings": held, "errors": []}
+    assert _client(server, tmp_path).submit({"script": "#!/bin/sh\n", "job": {"name": "j", "hold": True}}) == "43"
+    # the same warning for a job that did not ask to be held is something else: refused
+    with pytest.raises(BackendRejected, match="ignored part of the job"):
+        _client(server, tmp_path).submit({"script": "#!/bin/sh\n", "job": {"name": "j"}})
