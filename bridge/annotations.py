@@ -45,12 +45,15 @@ CHECKPOINT_ANNOTATION = f"{PREFIX}checkpoint-dir"
 SLURM_JOB_NAME_ANNOTATION = f"{PREFIX}slurm-job-name"
 #: how a converted sbatch script spelled its GPU request (e.g. ``gres=gpu:a100:2``; Slurm re-emits it)
 SLURM_GPUS_ANNOTATION = f"{PREFIX}slurm-gpus"
+#: which of ``--nodes`` and ``--ntasks-per-node`` a converted sbatch script gave (``nodes,ntasks-per-node``, or
+#: ``none``): on Slurm the job asks for those alone, so Slurm still picks what the script left to it
+SLURM_LAYOUT_ANNOTATION = f"{PREFIX}slurm-layout"
 #: the knobs above, in the order the plan's "unknown annotation" error lists them
 KNOB_ANNOTATIONS = (PARTITION_ANNOTATION, ACCOUNT_ANNOTATION, QOS_ANNOTATION, CONSTRAINT_ANNOTATION,
                     EXCLUSIVE_ANNOTATION, ARRAY_ANNOTATION, DEPENDENCY_ANNOTATION, OUTPUT_ANNOTATION,
                     ERROR_ANNOTATION, WORKDIR_ANNOTATION, CLUSTER_ANNOTATION, MIGRATE_ANNOTATION,
                     MIGRATE_SIGNAL_ANNOTATION, MIGRATE_REASON_ANNOTATION, CHECKPOINT_ANNOTATION,
-                    SLURM_JOB_NAME_ANNOTATION, SLURM_GPUS_ANNOTATION)
+                    SLURM_JOB_NAME_ANNOTATION, SLURM_GPUS_ANNOTATION, SLURM_LAYOUT_ANNOTATION)
 #: their names after the prefix
 KNOBS = tuple(key[len(PREFIX):] for key in KNOB_ANNOTATIONS)
 #: ``hpcbridge.io/sbatch.<option>: value``: an sbatch option carried verbatim (the user, or `hpcbridge convert`)

@@ -26,6 +26,7 @@ from bridge.annotations import (
     KNOBS,
     PREFIX,
     SBATCH_PASSTHROUGH_PREFIX,
+    SLURM_LAYOUT_ANNOTATION,
     WORKDIR_ANNOTATION,
 )
 from bridge.api.cluster import (
@@ -312,6 +313,11 @@ class LaunchPlan:
     #: the tenant this plan runs for (a BridgeCluster ``spec.tenants`` entry's name) when it came from a
     #: Kubernetes namespace through the operator; None for the CLI, which runs as the Unix user who types it
     tenant: str | None = None
+    #: on Slurm, a converted batch script's own node and task options (``hpcbridge.io/slurm-layout``): which of
+    #: ``nodes`` and ``ntasks-per-node`` the job asks for (``nodes`` from ``nodes``, ``ntasks-per-node`` from
+    #: ``procs_per_node``; ``--ntasks`` and a node range are passed through), so a node count the script left to
+    #: Slurm stays Slurm's. None: hpc-bridge's own layout, ``--nodes`` and ``--ntasks-per-node`` both stated
+    slurm_layout: tuple[str, ...] | None = None
 
     @property
     def total_procs(self) -> int:
@@ -456,6 +462,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     options = backend_options(annotations, cluster, namespace, tenant)
     _check_privileged(options, cluster)
     options = _drop_slurm_only(options, cluster, nodes, procs)
+    slurm_layout = _slurm_layout(annotations.get(SLURM_LAYOUT_ANNOTATION), options, cluster, launcher, nodes, procs,
+                                 nodes_field)
     workdir = annotations.get(WORKDIR_ANNOTATION) or container.working_dir or cluster.spec.defaults.workdir
     if workdir is not None and not workdir:
         raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", workdir, "must not be empty")
@@ -532,6 +540,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
         queue=queue,
         staging=staging,
         tenant=tenant.name if tenant is not None else None,
+        slurm_layout=slurm_layout,
     )
     check_identity(plan)
     return plan
@@ -996,6 +1005,80 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
     if framework == "script":
         return explicit or 1, Launcher.SCRIPT
     return explicit or 1, Launcher.PLAIN
+
+
+# --- a converted batch script's node and task options on Slurm -----------------------------------------
+
+#: the options hpc-bridge states from TrainJob fields that a converted script may have left to Slurm
+SLURM_LAYOUT_OPTIONS = ("nodes", "ntasks-per-node")
+#: the layout annotation's word for "neither": one task, on a node Slurm picks
+SLURM_LAYOUT_NONE = "none"
+
+
+def parse_slurm_layout(value: str, where: str) -> tuple[str, ...]:
+    """``nodes,ntasks-per-node`` (any of them, in that order) or ``none`` → the option names."""
+    if value == SLURM_LAYOUT_NONE:
+        return ()
+    names = tuple(value.split(","))
+    if not names or any(name not in SLURM_LAYOUT_OPTIONS for name in names) or len(set(names)) != len(names):
+        raise InvalidSpec(where, value, f"must be {SLURM_LAYOUT_NONE!r} or a comma-separated list of "
+                                        f"{', '.join(SLURM_LAYOUT_OPTIONS)}")
+    return tuple(name for name in SLURM_LAYOUT_OPTIONS if name in names)
+
+
+def slurm_layout_text(names: Iterable[str]) -> str:
+    given = [name for name in SLURM_LAYOUT_OPTIONS if name in set(names)]
+    return ",".join(given) or SLURM_LAYOUT_NONE
+
+
+def slurm_layout_counts(min_nodes: int | None, ntasks: int | None, per_node: int | None) -> tuple[int, int]:
+    """(nodes, tasks per node) a TrainJob records for sbatch's ``--nodes`` minimum, ``--ntasks`` and
+    ``--ntasks-per-node`` (None: not given). Without ``--nodes`` Slurm picks the count: at least
+    ntasks / ntasks-per-node nodes when both are given (``-n 16 --ntasks-per-node=4`` is 4 nodes), else one as
+    far as the TrainJob can say; without ``--ntasks-per-node`` the tasks are spread over that minimum."""
+    nodes = min_nodes if min_nodes is not None else -(-ntasks // per_node) if ntasks and per_node else 1
+    procs = per_node if per_node is not None else -(-ntasks // nodes) if ntasks else 1
+    return nodes, procs
+
+
+def _slurm_layout(value: str | None, options: BackendOptions, cluster: BridgeCluster, launcher: Launcher,
+                  nodes: int, procs: int, nodes_field: str) -> tuple[str, ...] | None:
+    """A converted script's own layout (``hpcbridge.io/slurm-layout``) on Slurm, checked against the fields: a
+    numNodes or numProcPerNode the layout would not ask Slurm for is refused, never dropped. Elsewhere the
+    fields alone say what runs."""
+    if value is None or cluster.spec.type != "slurm":
+        return None
+    where = f"metadata.annotations[{SLURM_LAYOUT_ANNOTATION}]"
+    names = parse_slurm_layout(value, where)
+    if launcher != Launcher.SCRIPT:
+        raise InvalidSpec(where, value, "only a batch script (runtime sbatch-script) has a Slurm layout of its own; "
+                                        "remove the annotation")
+    extra = dict(options.sbatch_extra)
+    ntasks = int(extra["ntasks"]) if extra.get("ntasks", "").isdigit() else None
+    given_range = extra.get("nodes")
+    if given_range is not None:
+        from bridge.convert.sbatch.values import BadValue, node_range
+
+        try:
+            min_nodes: int | None = node_range(given_range)[0]
+        except BadValue:
+            min_nodes = None  # check_passthrough refused it already
+    else:
+        min_nodes = nodes if "nodes" in names else None
+    want_nodes, want_procs = slurm_layout_counts(min_nodes, ntasks, procs if "ntasks-per-node" in names else None)
+    said = " ".join(f"--{name}" for name in names) or "no --nodes or --ntasks-per-node"
+    if given_range is not None and min_nodes is not None and nodes != min_nodes:
+        raise InvalidSpec(nodes_field, nodes, f"the job asks Slurm for --nodes={given_range} "
+                          f"({SBATCH_PASSTHROUGH_PREFIX}nodes), at least {min_nodes}; make them agree")
+    if nodes != want_nodes:
+        raise InvalidSpec(nodes_field, nodes, f"{where} says the script gave {said}, so Slurm picks the node count "
+                          f"(at least {want_nodes}); remove the annotation to ask Slurm for exactly {nodes} nodes")
+    if procs != want_procs:
+        total = f"--ntasks={ntasks} over {nodes} node(s)" if ntasks else "one task"
+        raise InvalidSpec("spec.trainer.numProcPerNode", procs, f"{where} says the script gave {said}, so Slurm "
+                          f"places {total} ({want_procs} per node); remove the annotation to ask Slurm for "
+                          f"--ntasks-per-node={procs}")
+    return names
 
 
 # --- annotations → backend options ---------------------------------------------------------------------

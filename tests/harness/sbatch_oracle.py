@@ -6,6 +6,14 @@ What is read back, per job (every component of a heterogeneous job):
 - the script and the environment slurmctld stored under StateSaveLocation (``hash.N/job.ID/``).
 What may differ: the ids, the times, and hpc-bridge's identity — the ``hpcbridge.io/uid=…`` appended to the
 job's comment (anything else in the comment must match).
+
+Three ways in (``Oracle(way=…)``), each against the script submitted natively:
+- ``script``: ``hpcbridge submit FILE``; the job must be the native one.
+- ``trainjob``: ``hpcbridge convert FILE --to trainjob``, then ``hpcbridge submit`` that TrainJob;
+- ``sbatch-back``: ``convert FILE --to trainjob | convert - --to sbatch``, then plain ``sbatch`` of that script
+  from the path the original was submitted from.
+The last two run hpc-bridge's batch script, not the user's: its stored script may differ, but only in
+hpc-bridge's own lines — its ``exec`` line must run the original body byte for byte (``runs_body``).
 """
 
 from __future__ import annotations
@@ -107,9 +115,37 @@ def _normalised(job: StoredJob, ids: list[str]) -> dict[str, str]:
     return out
 
 
+def exec_argv(script: bytes) -> list[str] | None:
+    """The words of a script's last ``exec`` line as bash reads them (None: no such line)."""
+    lines = [line for line in script.decode("utf-8", "surrogateescape").split("\n") if line.startswith("exec ")]
+    if not lines:
+        return None
+    # printf receives the words exactly as exec would: hpc-bridge quotes every one, so nothing expands
+    out = subprocess.run(["bash", "-c", f"printf '%s\\0' {lines[-1][len('exec '):]}"], capture_output=True,
+                         timeout=30, stdin=subprocess.DEVNULL)
+    return out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1] if out.returncode == 0 else None
+
+
+def runs_body(script: bytes, original: bytes) -> str | None:
+    """None when hpc-bridge's stored *script* runs the *original* batch script's body (its directive lines
+    removed) unchanged, through its own ``#!`` interpreter; else what is wrong."""
+    from bridge.convert.sbatch import command_body, parse_exec_body, split_script
+
+    body = split_script(original.decode("utf-8", "surrogateescape")).body
+    argv = exec_argv(script)
+    if argv is None:
+        return "hpc-bridge's script has no exec line"
+    exec_form = parse_exec_body(body)
+    if command_body(argv) == body or (exec_form is not None and not exec_form[1] and argv == exec_form[0]):
+        return None
+    return f"hpc-bridge's script does not run the script's body: exec {argv!r}"
+
+
 def compare(native: list[StoredJob], bridged: list[StoredJob], native_ids: list[str],
-            bridged_ids: list[str]) -> list[str]:
-    """Every difference between the two jobs, field by field, the identity tag allowed."""
+            bridged_ids: list[str], original: bytes | None = None) -> list[str]:
+    """Every difference between the two jobs, field by field, the identity tag allowed. Given the *original*
+    script, the bridged job runs hpc-bridge's script: it may be stored in place of the original if it runs
+    the original's body (``runs_body``)."""
     if len(native) != len(bridged):
         return [f"components: {len(native)} natively, {len(bridged)} through hpc-bridge"]
     problems = []
@@ -127,7 +163,9 @@ def compare(native: list[StoredJob], bridged: list[StoredJob], native_ids: list[
             if fa.get(key) != fb.get(key):
                 problems.append(f"{where}{key}: {fa.get(key)!r} natively, {fb.get(key)!r} through hpc-bridge")
         if a.script != b.script:
-            problems.append(f"{where}stored script differs")
+            wrong = "stored script differs" if original is None or b.script is None else runs_body(b.script, original)
+            if wrong:
+                problems.append(f"{where}stored script: {wrong}" if original is not None else f"{where}{wrong}")
         if (a.environment is None) != (b.environment is None):
             problems.append(f"{where}stored environment: stored only {'natively' if a.environment else 'by hpc-bridge'}")
         env_a = dict(entry.partition("=")[::2] for entry in a.environment or ())
@@ -142,31 +180,52 @@ def compare(native: list[StoredJob], bridged: list[StoredJob], native_ids: list[
 class Oracle:
     """Submits corpus scripts both ways on one real Slurm cluster and compares what it stored."""
 
+    WAYS = ("script", "trainjob", "sbatch-back")
+
     def __init__(self, slurm_conf: Path, state_dir: Path, config_file: Path, cluster: str, workdir: Path,
-                 env: dict[str, str], through_trainjob: bool = False) -> None:
+                 env: dict[str, str], way: str = "script") -> None:
+        assert way in self.WAYS, way
         self.state_dir, self.cluster, self.workdir = state_dir, cluster, workdir
-        #: the other way in: ``convert --to trainjob``, then submit the TrainJob YAML
-        self.through_trainjob = through_trainjob
+        #: how the script goes in through hpc-bridge (see the module's docstring)
+        self.way = way
         self.env = {**env, "SLURM_CONF": str(slurm_conf), "HPCBRIDGE_CONFIG": str(config_file)}
 
     def run(self, *argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, cwd=self.workdir,
                               stdin=subprocess.DEVNULL, timeout=120)
 
+    def _submitted_path(self, path: Path) -> Path:
+        """Where a script is given to sbatch: the sbatch-back way submits the original and the script that
+        came back from one path, the file a user would write it to (Slurm records it as the job's Command)."""
+        return self.workdir / path.name if self.way == "sbatch-back" else path
+
     def native(self, path: Path, flags: list[str]) -> subprocess.CompletedProcess:
-        return self.run("sbatch", "--parsable", "--hold", *flags, str(path))
+        submitted = self._submitted_path(path)
+        if submitted != path:
+            submitted.write_bytes(path.read_bytes())
+        return self.run("sbatch", "--parsable", "--hold", *flags, str(submitted))
+
+    def _hpcbridge(self, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bridge", *argv], capture_output=True, text=True,
+                              env=self.env, cwd=self.workdir, input=stdin, timeout=120,
+                              stdin=None if stdin is not None else subprocess.DEVNULL)
 
     def bridged(self, path: Path, flags: list[str]) -> subprocess.CompletedProcess:
-        if self.through_trainjob:
-            converted = self.run(sys.executable, "-m", "bridge", "convert", str(path), "--to", "trainjob", *flags)
-            if converted.returncode != 0:
-                return converted
+        if self.way == "script":
+            return self._hpcbridge("submit", str(path), "--cluster", self.cluster, "--hold", *flags)
+        converted = self._hpcbridge("convert", str(path), "--to", "trainjob", *flags)
+        if converted.returncode != 0:
+            return converted
+        if self.way == "trainjob":
             yaml_path = self.workdir / f"{path.name}.yaml"
             yaml_path.write_text(converted.stdout)
-            return self.run(sys.executable, "-m", "bridge", "submit", str(yaml_path), "--cluster", self.cluster,
-                            "--hold", "--rerun")
-        return self.run(sys.executable, "-m", "bridge", "submit", str(path), "--cluster", self.cluster, "--hold",
-                        *flags)
+            return self._hpcbridge("submit", str(yaml_path), "--cluster", self.cluster, "--hold", "--rerun")
+        back = self._hpcbridge("convert", "-", "--to", "sbatch", stdin=converted.stdout)
+        if back.returncode != 0:
+            return back
+        submitted = self._submitted_path(path)
+        submitted.write_text(back.stdout)
+        return self.run("sbatch", "--parsable", "--hold", str(submitted))
 
     def job_ids(self) -> set[str]:
         """Jobs slurmctld knows now. A set, not a count: finished jobs age out of squeue (MinJobAge) while a
@@ -222,7 +281,8 @@ class Oracle:
             native_ids = _component_ids(self.run, native_id)
             bridged_ids = _component_ids(self.run, bridged_id)
             problems = compare(read_job(self.run, self.state_dir, native_id),
-                               read_job(self.run, self.state_dir, bridged_id), native_ids, bridged_ids)
+                               read_job(self.run, self.state_dir, bridged_id), native_ids, bridged_ids,
+                               None if self.way == "script" else path.read_bytes())
             return Outcome(path.name, "different" if problems else "identical", problems)
         finally:
             for job_id in (native_id, bridged_id):

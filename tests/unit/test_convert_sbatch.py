@@ -4,7 +4,6 @@ TrainJob → script goes through the one sbatch writer, the Slurm renderer, on t
 
 from __future__ import annotations
 
-import math
 import re
 import string
 import subprocess
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 from bridge.adapters.slurm.render import DEFAULT_OUTPUT, directive_value, render_script
 from bridge.adapters.slurm.render import directives as slurm_directives
+from bridge.annotations import SLURM_LAYOUT_ANNOTATION
 from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
 from bridge.api.trainjob import TrainJob
@@ -87,7 +87,9 @@ def directive_block(job: TrainJob) -> list[tuple[str, str | None]]:
 
 
 def annotations(job: TrainJob) -> dict[str, str]:
-    return dict(job.metadata.annotations or {})
+    """The annotations a conversion wrote, but the layout one every converted script has (its own tests:
+    test_round_trip.py)."""
+    return {k: v for k, v in (job.metadata.annotations or {}).items() if k != SLURM_LAYOUT_ANNOTATION}
 
 
 def requests(job: TrainJob) -> dict[str, str]:
@@ -893,11 +895,11 @@ _UID_COMMENT = re.compile(r"(?:^| )hpcbridge\.io/uid=\S*\Z")
 
 def normalised(request: SbatchRequest, default_name: str) -> dict[str, object]:
     """Options by meaning: units resolved, the forms the converter rewrites in their canonical form, and what
-    the renderer adds on its own (uid comment, default output, one node, one task per node) as defaults."""
+    the renderer adds on its own (uid comment, default output) as defaults. Node and task options are compared
+    as given: a script's converted TrainJob asks Slurm for exactly the ones the script asked for."""
     out: dict[str, object] = {name: d.value for name, d in request.options.items()}
     out.setdefault("job-name", default_name)
     out.setdefault("output", DEFAULT_OUTPUT)
-    out.setdefault("nodes", "1")
     if "comment" in out:
         out["comment"] = _UID_COMMENT.sub("", out["comment"]) or None  # type: ignore[arg-type]
         if out["comment"] is None:
@@ -906,8 +908,10 @@ def normalised(request: SbatchRequest, default_name: str) -> dict[str, object]:
         out["time"] = time_seconds(out["time"])  # type: ignore[arg-type]
     if "mem" in out:
         out["mem"] = size_mb(out["mem"])  # type: ignore[arg-type]
-    low, high = node_range(out["nodes"])  # type: ignore[arg-type]
-    out["nodes"] = (low, high)
+    low = 1
+    if "nodes" in out:
+        low, high = node_range(out["nodes"])  # type: ignore[arg-type]
+        out["nodes"] = (low, high)
     if out.get("exclusive") == "exclusive":
         out["exclusive"] = None
     if "gres" in out:
@@ -919,11 +923,6 @@ def normalised(request: SbatchRequest, default_name: str) -> dict[str, object]:
         if others:
             out["gres"] = ",".join(others)
     nodes_min = low
-    if "ntasks" in out and "ntasks-per-node" in out:
-        if math.ceil(int(out["ntasks"]) / nodes_min) == int(out["ntasks-per-node"]):  # type: ignore[arg-type]
-            del out["ntasks-per-node"]
-    if "ntasks" not in out:
-        out.setdefault("ntasks-per-node", "1")
     if "gpus" in out and "gpus-per-node" in out:
         total = sum(c for _, c in gpu_counts(out["gpus"]))  # type: ignore[arg-type]
         per = gpu_counts(out["gpus-per-node"])  # type: ignore[arg-type]

@@ -185,19 +185,35 @@ def _spelled_gpus_per_node(option: str, value: str, nodes: int) -> int | None:
     return total
 
 
+def layout(plan: LaunchPlan) -> list[tuple[str, str]]:
+    """The job's node and task options as hpc-bridge states them (``--ntasks`` and a node range come verbatim,
+    from ``sbatch_extra``). A converted script's own layout (``plan.slurm_layout``) asks for what the script
+    asked, no more: where it left the node count to Slurm, no ``--nodes`` is written (Slurm would record a fixed
+    count, ``NumNodes=1-1``), and no ``--ntasks-per-node`` it did not give (Slurm would set SLURM_NTASKS*)."""
+    extra = dict(plan.options.sbatch_extra)
+    if plan.slurm_layout is not None:
+        given = []
+        if "nodes" in plan.slurm_layout and "nodes" not in extra:
+            given.append(("nodes", str(plan.nodes)))
+        if "ntasks-per-node" in plan.slurm_layout:
+            given.append(("ntasks-per-node", str(plan.procs_per_node)))
+        return given
+    options = [("nodes", str(plan.nodes))]
+    total = extra.get("ntasks")
+    if not (plan.launcher == Launcher.SCRIPT and total and total.isdigit()
+            and -(-int(total) // plan.nodes) == plan.procs_per_node):
+        # a batch script's TrainJob with no layout annotation that gives --ntasks alone keeps it alone (its
+        # per-node count was derived from it): with --ntasks-per-node too, Slurm would want all of them on each node
+        options.append(("ntasks-per-node", str(tasks_per_node(plan))))
+    return options
+
+
 def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
     options: list[tuple[str, str | None]] = [
         ("job-name", plan.options.slurm_job_name or plan.name),
         ("comment", job_comment(plan)),
-        ("nodes", str(plan.nodes)),
+        *layout(plan),
     ]
-    extra = dict(plan.options.sbatch_extra)
-    total = extra.get("ntasks")
-    if not (plan.launcher == Launcher.SCRIPT and total and total.isdigit()
-            and -(-int(total) // plan.nodes) == plan.procs_per_node):
-        # a converted script that gave only --ntasks keeps it alone (the per-node count was derived from it):
-        # with --ntasks-per-node too, Slurm would want all of them on each node
-        options.append(("ntasks-per-node", str(tasks_per_node(plan))))
     resources = plan.resources
     if resources.cpu_count is not None:
         per_task = -(-resources.cpu_count // tasks_per_node(plan))

@@ -24,13 +24,14 @@ from bridge.annotations import (
     SBATCH_PASSTHROUGH_PREFIX,
     SLURM_GPUS_ANNOTATION,
     SLURM_JOB_NAME_ANNOTATION,
+    SLURM_LAYOUT_ANNOTATION,
 )
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
 from bridge.api.loader import invalid_from_validation
 from bridge.api.runtime import ClusterTrainingRuntime
 from bridge.api.trainjob import API_VERSION, MANAGED_BY_BRIDGE, RFC1035_LABEL, TrainJob
 from bridge.convert.sbatch.body import parse_exec_body, script_command
-from bridge.convert.sbatch.parse import SbatchRequest, bridge_directives
+from bridge.convert.sbatch.parse import Directive, SbatchRequest, bridge_directives
 from bridge.convert.sbatch.values import (
     BadValue,
     gpu_counts,
@@ -41,7 +42,12 @@ from bridge.convert.sbatch.values import (
     time_seconds,
 )
 from bridge.errors import InvalidSpec
-from bridge.plan import backend_options
+from bridge.plan import (
+    backend_options,
+    parse_slurm_layout,
+    slurm_layout_counts,
+    slurm_layout_text,
+)
 
 #: the ClusterTrainingRuntime converted scripts reference (see ``sbatch_runtime``)
 SBATCH_RUNTIME = "sbatch-script"
@@ -176,24 +182,7 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
         trainer["image"] = image
     spec: dict[str, Any] = {}
 
-    nodes_min, nodes_fixed = 1, None
-    nodes = conv.value("nodes", node_range)
-    if nodes is not None:
-        nodes_min = trainer["numNodes"] = nodes[0]
-        if nodes[1] == nodes[0]:
-            nodes_fixed = nodes[0]
-        else:
-            conv.passthrough("nodes", request.get("nodes"), f"a node range; numNodes is its minimum {nodes[0]}")
-
-    per_node = conv.value("ntasks-per-node", positive_int)
-    ntasks = conv.value("ntasks", positive_int)
-    tasks = per_node if per_node is not None else (-(-ntasks // nodes_min) if ntasks is not None else None)
-    if tasks is not None:
-        trainer["numProcPerNode"] = tasks
-    if ntasks is not None:
-        # kept verbatim: with it Slurm reads --ntasks-per-node as a maximum, so the total stays exact
-        conv.passthrough("ntasks", request.get("ntasks"),
-                         f"a total task count; numProcPerNode {tasks} per node over {nodes_min} node(s)")
+    nodes_fixed, tasks = _layout(conv, trainer, own_layout=runtime == SBATCH_RUNTIME)
 
     requests: dict[str, str] = {}
     cpus = conv.value("cpus-per-task", positive_int)
@@ -263,6 +252,49 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
         raise invalid_from_validation(exc, source=request.source) from None
 
 
+def _layout(conv: _Conversion, trainer: dict[str, Any], own_layout: bool) -> tuple[int | None, int | None]:
+    """numNodes and numProcPerNode from --nodes, --ntasks and --ntasks-per-node, and the script's own layout
+    for Slurm (``hpcbridge.io/slurm-layout``): which of --nodes and --ntasks-per-node it gave, so that on Slurm
+    the job asks for exactly those and Slurm picks the rest, as it did for the script. numNodes is written only
+    where the script fixes the count (``-N``, a range's minimum, or ``-n 16 --ntasks-per-node=4``: 4 nodes).
+    Only a script that runs as a batch script (*own_layout*: the sbatch-script runtime) keeps its layout; under
+    an ML runtime hpc-bridge lays out the job (one launcher per node).
+    Returns the fixed node count (None: a range, or Slurm's to pick) and the tasks per node (None: not given)."""
+    request = conv.request
+    nodes = conv.value("nodes", node_range)
+    per_node = conv.value("ntasks-per-node", positive_int)
+    ntasks = conv.value("ntasks", positive_int)
+    count, procs = slurm_layout_counts(nodes[0] if nodes else None, ntasks, per_node)
+    nodes_fixed = nodes[0] if nodes is not None and nodes[0] == nodes[1] else None
+    if nodes is not None or (ntasks is not None and per_node is not None):
+        trainer["numNodes"] = count
+    if nodes is not None and nodes_fixed is None:
+        conv.passthrough("nodes", request.get("nodes"), f"a node range; numNodes is its minimum {count}")
+    elif nodes is None and "numNodes" in trainer:
+        slurm = "; on Slurm no --nodes is asked, Slurm places them as for the script" if own_layout else ""
+        conv.report.append(f"--ntasks={ntasks} --ntasks-per-node={per_node}: numNodes {count}, the fewest nodes "
+                           f"that hold them{slurm}")
+    tasks = procs if per_node is not None or ntasks is not None else None
+    if tasks is not None:
+        trainer["numProcPerNode"] = tasks
+    if ntasks is not None:
+        # a total, kept verbatim: with it Slurm reads --ntasks-per-node as a maximum
+        if per_node is not None:
+            how = f"numProcPerNode {tasks} is at most per node, on {count} node(s)"
+        elif nodes is not None:
+            how = f"numProcPerNode {tasks}, the {ntasks} tasks spread over {count} node(s)"
+        elif own_layout:
+            how = (f"numProcPerNode {tasks} on one node where the TrainJob runs off Slurm; on Slurm no --nodes is "
+                   "asked, Slurm places the tasks as for the script")
+        else:
+            how = f"numProcPerNode {tasks} on one node"
+        conv.passthrough("ntasks", request.get("ntasks"), f"a total task count; {how}")
+    if own_layout:
+        given = [option for option, value in (("nodes", nodes), ("ntasks-per-node", per_node)) if value is not None]
+        conv.annotations[SLURM_LAYOUT_ANNOTATION] = slurm_layout_text(given)
+    return nodes_fixed, tasks
+
+
 def _name(conv: _Conversion, name: str | None) -> str:
     conv.handled.add("job-name")
     job_name = conv.request.get("job-name")
@@ -329,6 +361,35 @@ def sbatch_runtime() -> ClusterTrainingRuntime:
 
     return next(r for r in builtin_runtimes() if r.name == SBATCH_RUNTIME and isinstance(r, ClusterTrainingRuntime))
 
+#: the flags that make up a job's node and task layout, and the report lines about them
+_LAYOUT_FLAGS = ("nodes", "ntasks", "ntasks-per-node")
+_LAYOUT_NOTES = tuple(f"--{option}" for option in _LAYOUT_FLAGS)
+
+
+def _layout_request(trainjob: TrainJob, layout: str, flags: SbatchRequest) -> SbatchRequest:
+    """A converted TrainJob's --nodes, --ntasks and --ntasks-per-node as the script gave them (its layout
+    annotation, fields and pass-through annotations), with *flags* over them."""
+    where = f"metadata.annotations[{SLURM_LAYOUT_ANNOTATION}]"
+    given = parse_slurm_layout(layout, where)
+    annotations = trainjob.metadata.annotations or {}
+    trainer = trainjob.spec.trainer
+    options: dict[str, Directive] = {}
+    for option in _LAYOUT_FLAGS:
+        key = f"{SBATCH_PASSTHROUGH_PREFIX}{option}"
+        if key in annotations:
+            options[option] = Directive(option, annotations[key], f"metadata.annotations[{key}]")
+    if "nodes" in given and "nodes" not in options:
+        options["nodes"] = Directive("nodes", str(trainer.num_nodes if trainer and trainer.num_nodes else 1),
+                                     "spec.trainer.numNodes")
+    if "ntasks-per-node" in given:
+        count = trainer.num_proc_per_node if trainer and trainer.num_proc_per_node else 1
+        options["ntasks-per-node"] = Directive("ntasks-per-node", str(count), "spec.trainer.numProcPerNode")
+    for option in _LAYOUT_FLAGS:
+        if option in flags:
+            options[option] = flags.options[option]
+    return SbatchRequest(options, flags.source)
+
+
 def apply_flags(trainjob: TrainJob, flags: SbatchRequest) -> tuple[TrainJob, list[str]]:
     """sbatch command-line flags laid over a TrainJob, as ``hpcbridge submit job.yaml -N 4 -t 1:00:00`` wants:
     each flag replaces the field it maps to; the command and the runtime stay the TrainJob's own."""
@@ -337,9 +398,32 @@ def apply_flags(trainjob: TrainJob, flags: SbatchRequest) -> tuple[TrainJob, lis
     frag = fragment.to_wire()
     trainer = doc["spec"].setdefault("trainer", {})
     frag_trainer = frag["spec"].get("trainer", {})
-    for key in ("numNodes", "numProcPerNode"):
-        if key in frag_trainer:
-            trainer[key] = frag_trainer[key]
+    annotations = doc["metadata"].setdefault("annotations", {})
+    frag_annotations = dict(frag["metadata"].get("annotations") or {})
+    # the layout annotation says what a converted script gave; flags that give none leave it as it is
+    frag_annotations.pop(SLURM_LAYOUT_ANNOTATION, None)
+    own_layout = annotations.get(SLURM_LAYOUT_ANNOTATION)
+    if own_layout is not None and any(option in flags for option in _LAYOUT_FLAGS):
+        # a converted script's layout with the flags over it, derived again as for ``sbatch FLAGS script``
+        relaid, relaid_report = to_trainjob(_layout_request(trainjob, own_layout, flags), script_body="#!/bin/sh\n",
+                                            name=trainjob.name)
+        relaid_doc = relaid.to_wire()
+        for key in ("numNodes", "numProcPerNode"):
+            trainer.pop(key, None)
+            if key in relaid_doc["spec"].get("trainer", {}):
+                trainer[key] = relaid_doc["spec"]["trainer"][key]
+        relaid_annotations = relaid_doc["metadata"].get("annotations") or {}
+        for key in (SLURM_LAYOUT_ANNOTATION, *(f"{SBATCH_PASSTHROUGH_PREFIX}{o}" for o in _LAYOUT_FLAGS)):
+            frag_annotations.pop(key, None)
+            annotations.pop(key, None)
+            if key in relaid_annotations:
+                annotations[key] = relaid_annotations[key]
+        report = [line for line in report if not line.startswith(_LAYOUT_NOTES)]
+        report += [line for line in relaid_report if line.startswith(_LAYOUT_NOTES)]
+    else:
+        for key in ("numNodes", "numProcPerNode"):
+            if key in frag_trainer:
+                trainer[key] = frag_trainer[key]
     if "resourcesPerNode" in frag_trainer:
         resources = trainer.setdefault("resourcesPerNode", {})
         for kind, values in frag_trainer["resourcesPerNode"].items():
@@ -347,9 +431,7 @@ def apply_flags(trainjob: TrainJob, flags: SbatchRequest) -> tuple[TrainJob, lis
     for key in ("activeDeadlineSeconds", "suspend"):
         if key in frag["spec"]:
             doc["spec"][key] = frag["spec"][key]
-    annotations = doc["metadata"].setdefault("annotations", {})
-    annotations.update({k: v for k, v in (frag["metadata"].get("annotations") or {}).items()
-                        if k.startswith(PREFIX)})
+    annotations.update({k: v for k, v in frag_annotations.items() if k.startswith(PREFIX)})
     if "job-name" in flags:
         doc["metadata"]["name"] = frag["metadata"]["name"]
     return TrainJob.model_validate(doc), report
