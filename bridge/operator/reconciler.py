@@ -32,6 +32,8 @@ from bridge.operator.metrics import Metrics
 from bridge.plan import MANAGED_BY_BRIDGE
 
 log = logging.getLogger("hpcbridge.operator")
+#: notes shown as Events per TrainJob, at most (a script with many dropped lines must not flood the namespace)
+MAX_NOTE_EVENTS = 20
 
 
 class Permanent(Exception):
@@ -436,6 +438,10 @@ class Reconciler:
         sync.track(item)
         if first:  # an Event is a courtesy: it does not hold up the next submission
             sync.writers.submit(self.api.event, namespace, name, uid, "Submitted", f"submitted as {job}")
+            # what the CLI prints as notes (an option dropped off Slurm, a field not honoured), so kubectl
+            # describe shows it too: nothing the TrainJob asked for is left out silently
+            for note in prepared.notes[:MAX_NOTE_EVENTS]:
+                sync.writers.submit(self.api.event, namespace, name, uid, "Note", note)
         return {key: value for key, value in recorded.items() if annotations.get(key) != value}
 
     def suspend(self, body: dict, grace_seconds: float = 30.0) -> None:

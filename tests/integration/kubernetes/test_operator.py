@@ -161,9 +161,9 @@ class Operator:
                 time.sleep(0.1)
 
     def apply(self, namespace: str, name: str, cluster: str, command: list[str], runtime: str = "plain-slurm",
-              nodes: int = 1, suspend: bool = False) -> dict:
+              nodes: int = 1, suspend: bool = False, annotations: dict | None = None) -> dict:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
-                "metadata": {"name": name, "annotations": {"hpcbridge.io/cluster": cluster}},
+                "metadata": {"name": name, "annotations": {"hpcbridge.io/cluster": cluster, **(annotations or {})}},
                 "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": runtime}, "suspend": suspend,
                          "trainer": {"numNodes": nodes, "command": command}}}
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", body)
@@ -314,8 +314,13 @@ def test_deleting_a_running_trainjob_cancels_its_slurm_job(operator) -> None:
 
 def test_a_trainjob_for_the_kubernetes_cluster_runs_as_a_jobset_on_real_pods(operator) -> None:
     ns = operator.namespace()
-    operator.apply(ns, "on-pods", "pods", ["sh", "-c", "echo hello from a pod"])
+    created = operator.apply(ns, "on-pods", "pods", ["sh", "-c", "echo hello from a pod"],
+                             annotations={"hpcbridge.io/sbatch.mail-type": "END"})
     done = operator.until(ns, "on-pods", is_true("Complete"), timeout=180)
+    # the Slurm-only option it carries is dropped off Slurm with a note, which kubectl describe shows
+    notes = [message for kind, reason, message in operator.events(ns, "on-pods") if reason == "Note"]
+    assert any("--mail-type=END dropped on cluster 'pods'" in note for note in notes), notes
+    assert created["metadata"]["annotations"]["hpcbridge.io/sbatch.mail-type"] == "END"
     assert done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"] == f"{ns}/on-pods"
     from kubernetes import client
 
