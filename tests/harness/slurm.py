@@ -18,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.harness import slurm_versions
 from tests.harness.slurm_versions import HOST_RELEASE, SlurmInstall
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "sinfo", "sbatch", "squeue", "scontrol", "scancel", "sacct")
@@ -93,11 +94,20 @@ exec "$@"
 """
 
 
+# the release's commands over /usr/local/bin, then the daemon ($1: the release's bin/, then its argv)
+OVERLAY = """mount -t overlay hpcbridge-slurm -o "lowerdir=$1:/usr/local/bin" /usr/local/bin
+shift
+exec "$@"
+"""
+
+
 class SlurmCluster:
     def __init__(self, base: Path, nodes: int = 4, cpus: int = 2, memory_mb: int = 2000, gpus: int = 2,
                  min_job_age: int = 300, install: SlurmInstall | None = None) -> None:
         self.base = Path(base)
-        self.install = install
+        #: another release's files; by default the one HPCBRIDGE_SLURM asks for (none: this machine's 22.05)
+        self.install = install or slurm_versions.current()
+        install = self.install
         #: the Slurm release this cluster runs ("22.05", "24.11"...)
         self.release = install.release if install else HOST_RELEASE
         self.nodes = nodes
@@ -122,6 +132,16 @@ class SlurmCluster:
         # another release's slurmd must start its own slurmstepd, not the compiled-in /usr/sbin one (22.05's)
         stepd = ["-d", self.tool("slurmstepd")] if self.install else []
         return [self.tool("slurmd"), *stepd, *extra]
+
+    def _own_commands(self, argv: list[str]) -> list[str]:
+        """*argv* (a slurmd) in a mount namespace of its own where the release's commands are in
+        /usr/local/bin, ahead of /usr/bin's 22.05 ones: a job finds them whatever its PATH (a tenant's job
+        gets a fixed one) as long as /usr/local/bin comes first, as in every default PATH. Mounts made here
+        later still reach it (slave propagation)."""
+        if self.install is None:
+            return argv
+        return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-ec", OVERLAY, "overlay",
+                str(self.install.bin_dir), *argv]
 
     def write_config(self) -> None:
         missing = [tool for tool in DAEMONS if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}")]
@@ -199,7 +219,7 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
         subprocess.run([self.tool("slurmctld")], env=self.env, check=True)
         for node in self.node_names:
             (self.base / "spool" / node).mkdir(exist_ok=True)
-            subprocess.run(self.slurmd_argv("-N", node), env=self.env, check=True)
+            subprocess.run(self._own_commands(self.slurmd_argv("-N", node)), env=self.env, check=True)
         self._collect_pids()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -86,6 +86,12 @@ def requested() -> str | None:
     return asked
 
 
+def current() -> SlurmInstall | None:
+    """The release ``HPCBRIDGE_SLURM`` asks for, built where missing; None for this machine's own."""
+    release = requested()
+    return install(release) if release else None
+
+
 def key(release: str) -> str:
     return _sha(RECIPE_VERSION.encode(), release.encode(), SUITES[release].encode(), MIRROR.encode(),
                 " ".join(PACKAGES).encode(), " ".join(LIB_DIRS).encode(), LOADER.encode())[:16]

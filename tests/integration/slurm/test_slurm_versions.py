@@ -37,11 +37,12 @@ def test_commands_controller_and_nodes_are_the_release_asked(slurm_cluster, tmp_
     nodes = slurm_cluster.run("scontrol", "show", "node", "-o").stdout.splitlines()
     assert len(nodes) == slurm_cluster.nodes
     assert {re.search(r"\bVersion=(\d+\.\d+)\.", line).group(1) for line in nodes} == {RELEASE}, nodes
-    # a job's srun is found on the job's PATH, which sbatch hands on from this process
+    # a job's srun: on the PATH sbatch hands on from this process, and on a fixed one (a tenant's job has it)
     out = tmp_path / "srun.out"
-    done = slurm_cluster.run("sbatch", "--wait", "--parsable", "-o", str(out), "--wrap", "srun --version")
+    done = slurm_cluster.run("sbatch", "--wait", "--parsable", "-o", str(out), "--wrap",
+                             "srun --version; PATH=/usr/local/bin:/usr/bin:/bin srun --version")
     assert done.returncode == 0, done.stderr
-    assert release_of(out.read_text()) == RELEASE
+    assert [release_of(line) for line in out.read_text().splitlines()] == [RELEASE, RELEASE]
 
 
 @pytest.mark.mpi
