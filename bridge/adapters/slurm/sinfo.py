@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from bridge.adapters.base import Capacity, NodeNeed
+from bridge.annotations import PARTITION_ANNOTATION
 from bridge.errors import BackendUnavailable
 
 #: sinfo -O fields, each ended by "|" (Slurm >= 20.11 takes a separator after the colon)
@@ -83,7 +84,8 @@ def count(rows: Sequence[NodeRow], need: NodeNeed, nodes: int, partition: str | 
     name = partition or next((row.partition for row in rows if row.default), None)
     if name is None and rows:
         return Capacity(0, 0, "the cluster does not say which partition is its default (slurmrestd v0.0.40 to "
-                              "v0.0.42 do not); name one (hpcbridge.io/partition or the cluster's defaults.partition)")
+                              f"v0.0.42 do not); name one ({PARTITION_ANNOTATION} or the cluster's "
+                              "defaults.partition)")
     mine = [row for row in rows if row.partition == name]
     if not mine:
         known = sorted({row.partition for row in rows})
