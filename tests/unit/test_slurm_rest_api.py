@@ -82,18 +82,19 @@ def test_versions_and_job_fields_come_from_the_servers_openapi_document() -> Non
     assert job_fields(DOCUMENT, "v0.0.41") is None  # the document does not say: slurmrestd's answer decides
 
 
-REQUEST = {"name": "j", "comment": "hpcbridge.io/uid=u", "nodes": 2, "tasks_per_node": 4, "workdir": "/w",
-           "output": "/w/o-%j.out", "error": None, "environment": {"PATH": "/bin", "A": "1=2"},
-           "cpus_per_task": 2, "memory_mib": 1000, "gpus_per_node": 2, "time_minutes": 10, "partition": "p",
-           "account": None, "qos": None, "constraints": None, "array": "0-3", "dependency": None,
-           "exclusive": True, "hold": True}
+REQUEST = {"options": {"job-name": "j", "comment": "hpcbridge.io/uid=u", "nodes": "2", "ntasks-per-node": "4",
+                       "cpus-per-task": "2", "mem": "1000M", "gpus-per-node": "2", "time": "00:10:00",
+                       "partition": "p", "array": "0-3", "exclusive": None, "output": "o-%j.out", "chdir": "/w",
+                       "hold": None},
+           "environment": {"PATH": "/bin", "A": "1=2"}, "time_minutes": 10}
 
 
 def test_one_job_description_per_generation() -> None:
     legacy = Legacy("v0.0.38").job(REQUEST)
-    assert legacy["nodes"] == 2 and legacy["gpus_per_node"] == "2" and legacy["memory_per_node"] == 1000
+    assert legacy["nodes"] == "2" and legacy["gpus_per_node"] == "2" and legacy["memory_per_node"] == 1000
     assert legacy["exclusive"] == "exclusive" and legacy["time_limit"] == 10
     assert legacy["environment"] == {"PATH": "/bin", "A": "1=2"}
+    assert legacy["standard_output"] == "/w/o-%j.out" and legacy["current_working_directory"] == "/w"
     for version in VERSIONS[1:]:
         job = api_for(version).job(REQUEST)
         assert (job["minimum_nodes"], job["maximum_nodes"]) == (2, 2) and "nodes" not in job
@@ -102,6 +103,21 @@ def test_one_job_description_per_generation() -> None:
         assert job["memory_per_node"] == _set(1000) and job["time_limit"] == _set(10)
         assert job["environment"] == ["PATH=/bin", "A=1=2"]
         assert job["hold"] is True and job["array"] == "0-3" and job["tasks_per_node"] == 4
+        assert job["cpus_per_task"] == 2 and job["name"] == "j"
+
+
+def test_totals_and_ranges_a_script_leaves_to_slurm_stay_so() -> None:
+    """-n 6 --gpus=3 --nodes=1-3 --threads-per-core=1: totals stay totals, the range a range, no per-node count
+    invented (the batch script's own layout, as render.directives gives it)."""
+    request = {"options": {"job-name": "j", "nodes": "1-3", "ntasks": "6", "gpus": "3", "gpus-per-task": "1",
+                           "threads-per-core": "1", "mem": "2G", "chdir": "/w"},
+               "environment": {}, "time_minutes": None}
+    job = DataParser("v0.0.45").job(request)
+    assert (job["minimum_nodes"], job["maximum_nodes"], job["tasks"]) == (1, 3, 6) and "tasks_per_node" not in job
+    assert job["tres_per_job"] == "gres/gpu:3" and job["tres_per_task"] == "gres/gpu:1"
+    assert job["threads_per_core"] == 1 and job["memory_per_node"] == _set(2048) and "time_limit" not in job
+    legacy = Legacy("v0.0.38").job(request)
+    assert (legacy["nodes"], legacy["tasks"], legacy["gpus"], legacy["gpus_per_task"]) == ("1-3", 6, "3", "1")
 
 
 @pytest.mark.parametrize(("states", "shown", "state"), [

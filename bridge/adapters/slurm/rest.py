@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from bridge.adapters.slurm import sinfo
-from bridge.adapters.slurm.render import DEFAULT_OUTPUT, job_comment, render_script, tasks_per_node
+from bridge.adapters.slurm.render import directives, render_script
 from bridge.adapters.slurm.state import SlurmRecord, decode_wait_status, map_state
 from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX, WORKDIR_ANNOTATION
 from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
@@ -100,40 +100,59 @@ def job_fields(document: dict[str, Any], version: str) -> frozenset[str] | None:
     return frozenset(properties) if isinstance(properties, dict) and properties else None
 
 
-# --- what the plan asks, once, then shaped per generation ------------------------------------------------
+# --- what the plan asks: the batch script's own directives, then shaped per generation ---------------------
+
+#: the sbatch options a job description carries (the directives hpc-bridge writes, and the pass-through options
+#: slurmrestd has a field for); any other is refused naming it, never dropped
+REST_OPTIONS = frozenset({
+    "job-name", "comment", "nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "mem", "gpus-per-node", "gres",
+    "gpus", "gpus-per-task", "threads-per-core", "time", "partition", "account", "qos", "constraint", "array",
+    "dependency", "exclusive", "output", "error", "chdir", "hold"})
+#: what sbatch puts in a job's environment for an option it was given (slurmrestd sets none of it): a REST job
+#: sees what the same script sees under sbatch
+OPTION_ENVIRONMENT = {"ntasks": ("SLURM_NTASKS", "SLURM_NPROCS"), "ntasks-per-node": ("SLURM_NTASKS_PER_NODE",),
+                      "cpus-per-task": ("SLURM_CPUS_PER_TASK",), "gpus": ("SLURM_GPUS",),
+                      "gpus-per-task": ("SLURM_GPUS_PER_TASK",), "gpus-per-node": ("SLURM_GPUS_PER_NODE",),
+                      "threads-per-core": ("SLURM_THREADS_PER_CORE",)}
+_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
 def _request(plan: LaunchPlan, extra_env: dict[str, str] | None) -> dict[str, Any]:
-    """The job the plan describes, in neutral terms both generations render."""
+    """The job the plan describes: the options its batch script states (``render.directives``: the same
+    layout, GPU spelling and defaults), the time limit in minutes and the environment."""
     if not plan.workdir or not plan.workdir.startswith("/"):
         raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", plan.workdir,
                           "slurmrestd needs an absolute working directory (there is no submitting shell)")
-    extra = [name for name, _ in plan.options.sbatch_extra if name != "comment"]
-    if extra:
-        names = ", ".join(extra)
-        raise InvalidSpec("metadata.annotations", names, f"{SBATCH_PASSTHROUGH_PREFIX}* pass-through options cannot be "
-                                                         "expressed over slurmrestd; use the local or ssh transport")
-    options, resources = plan.options, plan.resources
-    per_node = tasks_per_node(plan)
-    return {
-        "name": options.slurm_job_name or plan.name,
-        "comment": job_comment(plan),
-        "nodes": plan.nodes,
-        "tasks_per_node": per_node,
-        "workdir": plan.workdir,
-        "output": _absolute(options.output or DEFAULT_OUTPUT, plan.workdir),
-        "error": _absolute(options.error, plan.workdir) if options.error else None,
-        "environment": {"PATH": BASE_PATH, **(extra_env or {}),
-                        **{entry.name: entry.value or "" for entry in plan.env}, **stage_input_environment(plan)},
-        "cpus_per_task": -(-resources.cpu_count // per_node) if resources.cpu_count is not None else None,
-        "memory_mib": resources.memory_mib,
-        "gpus_per_node": resources.gpus or None,
-        "time_minutes": math.ceil(plan.time_limit_seconds / 60) if plan.time_limit_seconds else None,
-        "partition": options.partition, "account": options.account, "qos": options.qos,
-        "constraints": options.constraint, "array": options.array, "dependency": options.dependency,
-        "exclusive": bool(options.exclusive),
-        "hold": bool(plan.suspend),
-    }
+    options = dict(directives(plan))
+    unknown = [name for name in options if name not in REST_OPTIONS]
+    if unknown:
+        raise InvalidSpec("metadata.annotations", ", ".join(unknown),
+                          f"{SBATCH_PASSTHROUGH_PREFIX}* options slurmrestd has no field for; use the local or ssh "
+                          "transport")
+    if options.get("nodes") and options.get("ntasks-per-node") and not options.get("ntasks"):
+        # sbatch derives the task total from a node count and tasks per node, and sends and exports it
+        options["ntasks"] = str(_node_range(options["nodes"])[0] * int(options["ntasks-per-node"]))
+    environment = {"PATH": BASE_PATH, **(extra_env or {})}
+    for option, names in OPTION_ENVIRONMENT.items():
+        if options.get(option):
+            environment.update(dict.fromkeys(names, options[option]))
+    environment.update({entry.name: entry.value or "" for entry in plan.env})
+    environment.update(stage_input_environment(plan))
+    return {"options": options, "environment": environment,
+            "time_minutes": math.ceil(plan.time_limit_seconds / 60) if plan.time_limit_seconds else None}
+
+
+def _mebibytes(value: str) -> int:
+    """sbatch's ``--mem`` value (a number, megabytes unless K, M, G or T follows) in MiB."""
+    number, unit = (value[:-1], value[-1].upper()) if value[-1:].isalpha() else (value, "M")
+    if not number.isdigit() or unit not in _UNITS:
+        raise InvalidSpec("--mem", value, "not a memory size sbatch takes (a number, then K, M, G or T)")
+    return math.ceil(int(number) * _UNITS[unit])
+
+
+def _node_range(value: str) -> tuple[int, int]:
+    low, _, high = value.partition("-")
+    return int(low), int(high or low)
 
 
 def _absolute(path: str, workdir: str) -> str:
@@ -193,16 +212,23 @@ class Api:
 
 
 def _common_fields(request: dict[str, Any]) -> dict[str, Any]:
-    job = {"name": request["name"], "comment": request["comment"], "tasks_per_node": request["tasks_per_node"],
-           "current_working_directory": request["workdir"], "standard_output": request["output"]}
-    for key in ("partition", "account", "qos", "constraints", "array", "dependency"):
-        if request[key]:
-            job[key] = request[key]
-    if request["error"]:
-        job["standard_error"] = request["error"]
-    if request["cpus_per_task"] is not None:
-        job["cpus_per_task"] = request["cpus_per_task"]
-    if request["hold"]:
+    """The fields both generations spell alike."""
+    options = request["options"]
+    workdir = options["chdir"]
+    job: dict[str, Any] = {"current_working_directory": workdir}
+    for option, key in (("job-name", "name"), ("comment", "comment"), ("partition", "partition"),
+                        ("account", "account"), ("qos", "qos"), ("constraint", "constraints"), ("array", "array"),
+                        ("dependency", "dependency")):
+        if options.get(option):
+            job[key] = options[option]
+    for option, key in (("ntasks", "tasks"), ("ntasks-per-node", "tasks_per_node"),
+                        ("cpus-per-task", "cpus_per_task"), ("threads-per-core", "threads_per_core")):
+        if options.get(option):
+            job[key] = int(options[option])
+    for option, key in (("output", "standard_output"), ("error", "standard_error")):
+        if options.get(option):
+            job[key] = _absolute(options[option], workdir)
+    if "hold" in options:
         job["hold"] = True
     return job
 
@@ -214,15 +240,19 @@ class Legacy(Api):
 
     def job(self, request: dict[str, Any]) -> dict[str, Any]:
         job = _common_fields(request)
-        job["nodes"] = request["nodes"]
+        options = request["options"]
         job["environment"] = request["environment"]
-        if request["memory_mib"] is not None:
-            job["memory_per_node"] = request["memory_mib"]
-        if request["gpus_per_node"]:
-            job["gpus_per_node"] = str(request["gpus_per_node"])
+        if options.get("nodes"):
+            job["nodes"] = options["nodes"]  # a count, or a range as sbatch takes it
+        if options.get("mem"):
+            job["memory_per_node"] = _mebibytes(options["mem"])
+        for option, key in (("gpus-per-node", "gpus_per_node"), ("gres", "gres"), ("gpus", "gpus"),
+                            ("gpus-per-task", "gpus_per_task")):
+            if options.get(option):
+                job[key] = options[option]
         if request["time_minutes"]:
             job["time_limit"] = request["time_minutes"]
-        if request["exclusive"]:
+        if "exclusive" in options:
             job["exclusive"] = "exclusive"  # sbatch's --exclusive; "true" is refused as an invalid specification
         return job
 
@@ -270,15 +300,24 @@ class DataParser(Api):
 
     def job(self, request: dict[str, Any]) -> dict[str, Any]:
         job = _common_fields(request)
-        job["minimum_nodes"] = job["maximum_nodes"] = request["nodes"]
+        options = request["options"]
         job["environment"] = [f"{name}={value}" for name, value in request["environment"].items()]
-        if request["memory_mib"] is not None:
-            job["memory_per_node"] = _set(request["memory_mib"])
-        if request["gpus_per_node"]:
-            job["tres_per_node"] = f"gres/gpu:{request['gpus_per_node']}"
+        if options.get("nodes"):
+            job["minimum_nodes"], job["maximum_nodes"] = _node_range(options["nodes"])
+        if options.get("mem"):
+            job["memory_per_node"] = _set(_mebibytes(options["mem"]))
+        # GPUs as trackable resources, per node, job or task as the option says (gpus_per_node is not a field)
+        if options.get("gpus-per-node"):
+            job["tres_per_node"] = f"gres/gpu:{options['gpus-per-node']}"
+        if options.get("gres"):
+            job["tres_per_node"] = ",".join(f"gres/{item}" for item in options["gres"].split(","))
+        if options.get("gpus"):
+            job["tres_per_job"] = f"gres/gpu:{options['gpus']}"
+        if options.get("gpus-per-task"):
+            job["tres_per_task"] = f"gres/gpu:{options['gpus-per-task']}"
         if request["time_minutes"]:
             job["time_limit"] = _set(request["time_minutes"])
-        if request["exclusive"]:
+        if "exclusive" in options:
             job["shared"] = ["none"]  # what sbatch --exclusive sets
         return job
 

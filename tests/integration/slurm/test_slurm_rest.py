@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
+import uuid
 
 import pytest
 import yaml
@@ -12,7 +14,7 @@ import yaml
 from bridge.adapters.base import JobState
 from bridge.adapters.slurm import SlurmAdapter
 from bridge.api import load_documents
-from bridge.api.cluster import BridgeCluster
+from bridge.api.cluster import BridgeCluster, ClusterDefaults
 from bridge.errors import BackendUnavailable, InvalidSpec
 from bridge.plan import resolve
 from tests.harness import layer
@@ -56,7 +58,7 @@ def test_rest_submit_follow_logs(rest_cluster, slurm_cluster, tmp_path) -> None:
     artifact = adapter.render(plan)
     body = json.loads(artifact.main)
     if adapter.rest.api.version == "v0.0.38":
-        assert (body["job"]["nodes"], body["job"]["memory_per_node"], body["job"]["time_limit"]) == (1, 100, 5)
+        assert (body["job"]["nodes"], body["job"]["memory_per_node"], body["job"]["time_limit"]) == ("1", 100, 5)
     else:  # the data_parser's typed numbers
         assert (body["job"]["minimum_nodes"], body["job"]["memory_per_node"]["number"],
                 body["job"]["time_limit"]["number"]) == (1, 100, 5)
@@ -126,17 +128,25 @@ def test_rest_capacity_is_what_sinfo_says(rest_cluster, bridge_cluster, tmp_path
 
 #: what slurmctld records of a job that both ways of sending it must agree on (ids, times, the script and
 #: the command differ by nature: REST jobs have no submitting command line)
-ASKED = ("NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "TRES", "TresPerNode", "OverSubscribe", "TimeLimit",
-         "MinMemoryNode", "Partition", "Priority", "JobState", "Reason", "WorkDir", "StdOut", "Comment", "Features")
+ASKED = ("NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "TRES", "TresPerNode", "TresPerJob", "TresPerTask",
+         "OverSubscribe", "TimeLimit", "MinMemoryNode", "Partition", "Priority", "JobState", "Reason", "WorkDir",
+         "StdOut", "Comment", "Features", "NtasksPerN:B:S:C", "CoreSpec", "ReqB:S:C:T", "Socks/Node", "JobName")
 
 
 def _fields(slurm_cluster, job_id: str) -> dict[str, str]:
+    from bridge.adapters.slurm.rest import OPTION_ENVIRONMENT
+    from tests.harness.sbatch_oracle import read_job
+
+    (stored,) = read_job(slurm_cluster.run, slurm_cluster.base / "state", job_id)
+    environment = dict(entry.partition("=")[::2] for entry in stored.environment or ())
+    # what sbatch puts in the environment for the options it was given, present alike or absent alike
+    implied = {f"env {name}": environment.get(name, "-") for names in OPTION_ENVIRONMENT.values() for name in names}
     out = slurm_cluster.run("scontrol", "--oneliner", "show", "job", job_id).stdout
     fields = dict(word.split("=", 1) for word in out.split() if "=" in word)
     # the uid hpc-bridge appends differs per submission by design
     fields["Comment"] = fields.get("Comment", "").split("hpcbridge.io/uid=")[0]
     fields["StdOut"] = re.sub(rf"-{job_id}\.out$", "-%j.out", fields.get("StdOut", ""))
-    return {name: fields.get(name, "-") for name in ASKED}
+    return {**{name: fields.get(name, "-") for name in ASKED}, **implied}
 
 
 def test_rest_job_is_the_job_sbatch_submits(rest_cluster, bridge_cluster, slurm_cluster, tmp_path) -> None:
@@ -182,3 +192,41 @@ def test_rest_speaks_the_newest_api_the_server_serves(rest_cluster, slurm_cluste
     assert version == [v for v in VERSIONS if v in served][-1], (version, served)
     with capsys.disabled():
         print(f"\nslurmrestd on Slurm {release} serves {sorted(served)}; hpc-bridge speaks {version}")
+
+
+@pytest.mark.parametrize("script", ["ntasks-alone.sbatch", "gpus-total-slurm-picks.sbatch", "threads-per-core.sbatch",
+                                    "nodes-range.sbatch", "mem-per-gpu.sbatch"])
+def test_a_converted_script_over_rest_is_the_job_sbatch_submits(script, rest_cluster, bridge_cluster, slurm_cluster,
+                                                                 tmp_path) -> None:
+    """A batch script converted to a TrainJob (hpcbridge convert --to trainjob) runs over slurmrestd as the
+    same Slurm job as through sbatch: the node count Slurm picks, totals kept as totals, the same SLURM_*
+    environment; an option slurmrestd has no field for is refused naming it."""
+    from pathlib import Path
+
+    from bridge import service
+    from bridge.errors import InvalidSpec
+
+    corpus = Path(__file__).parent / "sbatch_corpus"
+    converted = subprocess.run([sys.executable, "-m", "bridge", "convert", str(corpus / script), "--to", "trainjob"],
+                               capture_output=True, text=True, check=True).stdout
+    document = yaml.safe_load(converted)
+    document["metadata"].setdefault("annotations", {})["hpcbridge.io/workdir"] = str(tmp_path)
+    document["spec"]["suspend"] = True
+    seen = {}
+    for cluster in (rest_cluster, bridge_cluster):
+        document["metadata"]["uid"] = str(uuid.uuid4())  # two jobs of one TrainJob on one Slurm: two uids
+        text = yaml.safe_dump(document)
+        clusters = {cluster.name: cluster.model_copy(update={"spec": cluster.spec.model_copy(
+            update={"defaults": ClusterDefaults()})})}  # the script's own partition: no cluster default
+        try:
+            prepared = service.prepare(service.read_input("-", stdin=text), cluster=cluster.name,
+                                       configured=clusters)
+        except InvalidSpec as refused:
+            assert cluster is rest_cluster and "slurmrestd has no field for" in str(refused), refused
+            return
+        ref = service.submit(prepared).ref
+        try:
+            seen[cluster.name] = _fields(slurm_cluster, ref.job_id)
+        finally:
+            prepared.adapter.cancel(ref)
+    assert seen["viarest"] == seen["testslurm"]
