@@ -103,7 +103,7 @@ def test_one_job_description_per_generation() -> None:
         assert job["memory_per_node"] == _set(1000) and job["time_limit"] == _set(10)
         assert job["environment"] == ["PATH=/bin", "A=1=2"]
         assert job["hold"] is True and job["array"] == "0-3" and job["tasks_per_node"] == 4
-        assert job["cpus_per_task"] == 2 and job["name"] == "j"
+        assert job["cpus_per_task"] == 2 and job["tres_per_task"] == "cpu=2" and job["name"] == "j"
 
 
 def test_totals_and_ranges_a_script_leaves_to_slurm_stay_so() -> None:
@@ -115,6 +115,8 @@ def test_totals_and_ranges_a_script_leaves_to_slurm_stay_so() -> None:
     job = DataParser("v0.0.45").job(request)
     assert (job["minimum_nodes"], job["maximum_nodes"], job["tasks"]) == (1, 3, 6) and "tasks_per_node" not in job
     assert job["tres_per_job"] == "gres/gpu:3" and job["tres_per_task"] == "gres/gpu:1"
+    assert "tasks" not in DataParser("v0.0.42").job({**request, "options": {"nodes": "2", "ntasks-per-node": "3",
+                                                                            "chdir": "/w"}})
     assert job["threads_per_core"] == 1 and job["memory_per_node"] == _set(2048) and "time_limit" not in job
     legacy = Legacy("v0.0.38").job(request)
     assert (legacy["nodes"], legacy["tasks"], legacy["gpus"], legacy["gpus_per_task"]) == ("1-3", 6, "3", "1")
@@ -329,3 +331,4 @@ def test_a_held_jobs_warning_is_what_was_asked(server, tmp_path) -> None:
     # the same warning for a job that did not ask to be held is something else: refused
     with pytest.raises(BackendRejected, match="ignored part of the job"):
         _client(server, tmp_path).submit({"script": "#!/bin/sh\n", "job": {"name": "j"}})
+

@@ -117,7 +117,7 @@ OPTION_ENVIRONMENT = {"ntasks": ("SLURM_NTASKS", "SLURM_NPROCS"), "ntasks-per-no
 _UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
-def _request(plan: LaunchPlan, extra_env: dict[str, str] | None) -> dict[str, Any]:
+def _request(plan: LaunchPlan, extra_env: dict[str, str] | None, derive_ntasks: bool = False) -> dict[str, Any]:
     """The job the plan describes: the options its batch script states (``render.directives``: the same
     layout, GPU spelling and defaults), the time limit in minutes and the environment."""
     if not plan.workdir or not plan.workdir.startswith("/"):
@@ -129,9 +129,11 @@ def _request(plan: LaunchPlan, extra_env: dict[str, str] | None) -> dict[str, An
         raise InvalidSpec("metadata.annotations", ", ".join(unknown),
                           f"{SBATCH_PASSTHROUGH_PREFIX}* options slurmrestd has no field for; use the local or ssh "
                           "transport")
-    if options.get("nodes") and options.get("ntasks-per-node") and not options.get("ntasks"):
-        # sbatch derives the task total from a node count and tasks per node, and sends and exports it
-        options["ntasks"] = str(_node_range(options["nodes"])[0] * int(options["ntasks-per-node"]))
+    if derive_ntasks and options.get("nodes") and options.get("ntasks-per-node") and not options.get("ntasks"):
+        # sbatch up to 22.05 derives the task total from a node count and tasks per node, and sends and exports it
+        low, high = _node_range(options["nodes"])
+        if low == high:
+            options["ntasks"] = str(low * int(options["ntasks-per-node"]))
     environment = {"PATH": BASE_PATH, **(extra_env or {})}
     for option, names in OPTION_ENVIRONMENT.items():
         if options.get(option):
@@ -177,9 +179,12 @@ def _number(value: Any) -> int | None:
 
 
 class Api:
-    """One API generation: how a job is described to slurmrestd, and how its answers read."""
+    """One API generation: how a job is described to slurmrestd, and how its answers read. Each describes a
+    job as the sbatch of the Slurm releases that serve it would (v0.0.38: 22.05; the data_parser: 23.11 on)."""
 
     generation = ""
+    #: sbatch's own derivations that the job description must make explicit
+    derive_ntasks = False
 
     def __init__(self, version: str) -> None:
         self.version = version
@@ -237,6 +242,7 @@ class Legacy(Api):
     """v0.0.38: keys are sbatch's options spelled with underscores; values as sbatch takes them."""
 
     generation = "v0.0.38"
+    derive_ntasks = True
 
     def job(self, request: dict[str, Any]) -> dict[str, Any]:
         job = _common_fields(request)
@@ -313,8 +319,12 @@ class DataParser(Api):
             job["tres_per_node"] = ",".join(f"gres/{item}" for item in options["gres"].split(","))
         if options.get("gpus"):
             job["tres_per_job"] = f"gres/gpu:{options['gpus']}"
+        # per task as sbatch from 23.11 on states it: CPUs and GPUs both
+        per_task = [f"cpu={options['cpus-per-task']}"] if options.get("cpus-per-task") else []
         if options.get("gpus-per-task"):
-            job["tres_per_task"] = f"gres/gpu:{options['gpus-per-task']}"
+            per_task.append(f"gres/gpu:{options['gpus-per-task']}")
+        if per_task:
+            job["tres_per_task"] = ",".join(per_task)
         if request["time_minutes"]:
             job["time_limit"] = _set(request["time_minutes"])
         if "exclusive" in options:
@@ -386,7 +396,8 @@ def api_for(version: str) -> Api:
 def job_description(plan: LaunchPlan, extra_env: dict[str, str] | None = None, api: Api | None = None
                     ) -> dict[str, Any]:
     """The ``job`` object equivalent to the batch script's directives, in *api*'s terms (default v0.0.38)."""
-    return (api or Legacy("v0.0.38")).job(_request(plan, extra_env))
+    api = api or Legacy("v0.0.38")
+    return api.job(_request(plan, extra_env, api.derive_ntasks))
 
 
 def submission(plan: LaunchPlan, extra_env: dict[str, str] | None = None, api: Api | None = None) -> dict[str, Any]:
