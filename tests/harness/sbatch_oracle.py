@@ -106,6 +106,10 @@ def _normalised(job: StoredJob, ids: list[str]) -> dict[str, str]:
     for key, value in job.fields.items():
         if key in TIME_FIELDS or key in ID_FIELDS:
             continue
+        if key == "SubmitLine":
+            # the sbatch command line Slurm records from 23.02 on: hpc-bridge's only addition is the --comment
+            # carrying its uid (appended to the user's own comment, which stays a difference if it changed)
+            value = re.sub(r" --comment=(?:(?:(?! --comment=).)*? )?hpcbridge\.io/uid=[0-9a-f-]+", "", value)
         if key in _HOLDS_ID:
             folder, slash, name = value.rpartition("/")
             for number in sorted(ids, key=len, reverse=True):
