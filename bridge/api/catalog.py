@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import Any, cast
 
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
 from bridge.api.loader import Resource, load_file, parse_object, read_text, safe_load_all
@@ -44,7 +45,7 @@ def load_clusters(path: Path | None = None) -> dict[str, BridgeCluster]:
 
 
 @cache
-def _builtin_documents() -> tuple[dict, ...]:
+def _builtin_documents() -> tuple[dict[str, Any], ...]:
     import yaml
 
     text = Path(__file__).with_name("builtin_runtimes.yaml").read_text(encoding="utf-8")
@@ -58,7 +59,7 @@ def builtin_runtimes(name: str | None = None) -> tuple[RuntimeObject, ...]:
                  if name is None or doc["metadata"]["name"] == name)
 
 
-def builtin_runtime_documents() -> dict[str, dict]:
+def builtin_runtime_documents() -> dict[str, dict[str, Any]]:
     """The built-in runtimes as documents, by name (copies: the caller may change them)."""
     import copy
 
@@ -74,7 +75,7 @@ RUNTIME_API_GROUP = "trainer.kubeflow.org/"
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
 
-class RuntimeList(list):
+class RuntimeList(list[RuntimeObject]):
     """Runtimes found, plus what could not be read on the way (named when a runtime is then not found)."""
 
     unreadable: tuple[str, ...] = ()
@@ -100,7 +101,7 @@ def _is_runtime(document: object) -> bool:
             and document["apiVersion"].startswith(RUNTIME_API_GROUP) and document.get("kind") in RUNTIME_KINDS)
 
 
-def _document_name(document: dict) -> object:
+def _document_name(document: dict[str, Any]) -> object:
     metadata = document.get("metadata")
     return metadata.get("name") if isinstance(metadata, dict) else None
 
@@ -135,11 +136,12 @@ def load_runtimes(explicit: Sequence[str | os.PathLike[str]] = (), name: str | N
                     kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
                     _debug("runtimes: skipping %s: a %s, not a Trainer runtime", label, kind)
                     continue
-                if isinstance(_document_name(document), str):
-                    seen.append((document["kind"], _document_name(document)))
+                document_name = _document_name(document)
+                if isinstance(document_name, str):
+                    seen.append((document["kind"], document_name))
                 if name is not None and _document_name(document) != name:
                     continue
-                found.append(parse_object(document, label))
+                found.append(cast(RuntimeObject, parse_object(document, label)))  # _is_runtime: a runtime kind
     found.unreadable, found.seen = tuple(unreadable), tuple(seen)
     return found
 

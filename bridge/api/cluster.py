@@ -6,7 +6,7 @@ In Kubernetes it is a cluster-scoped object; for the CLI the same objects come f
 import re
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from bridge.api.base import WireModel
 from bridge.api.k8s import ObjectMeta
@@ -417,7 +417,7 @@ class BridgeClusterSpec(WireModel):
 
     @field_validator("staging_dir", "secrets_dir")
     @classmethod
-    def _shared_path(cls, value: str | None, info) -> str | None:
+    def _shared_path(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return value
         if not DIRECTIVE_SAFE.fullmatch(value):

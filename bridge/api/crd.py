@@ -97,7 +97,7 @@ def _set_rules(schema: dict[str, Any], path: tuple[str, ...], rules: list[dict[s
 
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True)
-    schema = _resolve({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
+    schema: dict[str, Any] = _resolve({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
     props = schema["properties"]
     props["apiVersion"] = {"type": "string"}
     props["kind"] = {"type": "string"}

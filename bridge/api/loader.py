@@ -294,6 +294,7 @@ def safe_load_all(text: str, source: str = "<input>") -> list[Any]:
     try:
         while loader.check_node():
             node = loader.get_node()
+            assert node is not None  # check_node() said a document follows
             _check_nodes(node, source)
             documents.append(loader.construct_document(node))
     except yaml.YAMLError as exc:
@@ -373,4 +374,4 @@ def dump_yaml(documents: Iterable[Any]) -> str:
 
 
 def to_yaml(objects: Iterable[BaseModel | dict[str, Any]]) -> str:
-    return dump_yaml(obj.to_wire() if hasattr(obj, "to_wire") else obj for obj in objects)  # type: ignore[union-attr]
+    return dump_yaml(obj.to_wire() if hasattr(obj, "to_wire") else obj for obj in objects)

@@ -117,9 +117,10 @@ class TrainingRuntimeSpec(WireModel):
 class RuntimeMeta(ObjectMeta):
     name: str = Field(min_length=1, max_length=253)
 
+    # the same name replaces ObjectMeta's validator (pydantic), for a name that is required here
     @field_validator("name")
     @classmethod
-    def _object_name(cls, name: str) -> str:
+    def _object_name(cls, name: str) -> str:  # type: ignore[override]
         return check_dns1123_subdomain(name)
 
 

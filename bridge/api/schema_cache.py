@@ -23,7 +23,7 @@ from pathlib import Path
 import pydantic
 import pydantic_core
 from pydantic import BaseModel
-from pydantic_core import SchemaSerializer, SchemaValidator
+from pydantic_core import CoreConfig, CoreSchema, SchemaSerializer, SchemaValidator
 
 #: bump when what is pickled changes shape
 FORMAT = 1
@@ -106,7 +106,7 @@ def _build(models: list[type[BaseModel]], force: bool = False) -> None:
         model.model_rebuild(force=force)
 
 
-def _complete(model: type[BaseModel], schema: dict, config: dict) -> None:
+def _complete(model: type[BaseModel], schema: CoreSchema, config: CoreConfig) -> None:
     """What pydantic's own build leaves on a model class, from a schema it generated earlier."""
     validator = SchemaValidator(schema, config)
     serializer = SchemaSerializer(schema, config)
@@ -116,13 +116,13 @@ def _complete(model: type[BaseModel], schema: dict, config: dict) -> None:
     model.__pydantic_complete__ = True
 
 
-def _core_config(model: type[BaseModel]) -> dict:
+def _core_config(model: type[BaseModel]) -> CoreConfig:
     from pydantic._internal._config import ConfigWrapper
 
     return ConfigWrapper(model.model_config, check=False).core_config(title=model.__name__)
 
 
-def _read(path: Path) -> dict | None:
+def _read(path: Path) -> dict[str, tuple[CoreSchema, CoreConfig]] | None:
     try:
         folder = os.stat(path.parent, follow_symlinks=False)
         if not _private(folder) or not stat.S_ISDIR(folder.st_mode):

@@ -205,9 +205,10 @@ class TrainJobMeta(ObjectMeta):
 
     name: str
 
+    # the same name replaces ObjectMeta's validator (pydantic), for a name that is required here
     @field_validator("name")
     @classmethod
-    def _object_name(cls, name: str) -> str:
+    def _object_name(cls, name: str) -> str:  # type: ignore[override]
         return check_rfc1035_name(name)
 
 
