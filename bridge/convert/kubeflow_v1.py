@@ -394,6 +394,7 @@ def _program(conv: _Conversion, argv: list[str], path: str, ranks: int, env: lis
     if argv[0].rsplit("/", 1)[-1] not in _LAUNCHERS:
         conv.note(f"{path}.command", argv[0], "does not start with mpirun: it is run as each rank's program")
         return argv
+    value: str | None
     i = 1
     while i < len(argv):
         option = argv[i]
@@ -611,14 +612,14 @@ def _tensorflow(conv: _Conversion, builtin: dict[str, dict[str, Any]]) -> Conver
             conv.note(f"spec.{key}", value, "no equivalent; dropped")
     # no built-in runtime runs TensorFlow: one like torch-distributed without its torch policy (every node
     # runs the command; the launcher gives each its TF_CONFIG from HPCBRIDGE_TF_ROLES)
-    name = conv.mapping(conv.doc.get("metadata"), "metadata").get("name")
+    tfjob_name = conv.mapping(conv.doc.get("metadata"), "metadata").get("name")
     base = copy.deepcopy(builtin["torch-distributed"])
     base["spec"]["mlPolicy"] = {"numNodes": 1}
     for job in base["spec"]["template"]["spec"]["replicatedJobs"]:
         for runtime_container in job["template"]["spec"]["template"]["spec"]["containers"]:
             runtime_container["image"] = trainer.get("image") or "tensorflow/tensorflow"
     namespace = (conv.doc.get("metadata") or {}).get("namespace")
-    runtime_name = f"{name}-tensorflow"
+    runtime_name = f"{tfjob_name}-tensorflow"
     runtime = {"apiVersion": TRAINER_API, "kind": "TrainingRuntime",
                "metadata": {"name": runtime_name, **({"namespace": namespace} if namespace else {}),
                             "labels": {"trainer.kubeflow.org/framework": "tensorflow"}},

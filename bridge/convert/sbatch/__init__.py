@@ -10,6 +10,41 @@ The other direction, a batch script from a TrainJob, has one writer: the Slurm r
 (``bridge.adapters.slurm.render.render_script``) on the resolved plan.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the same names, for the type checker only
+    from bridge.convert.sbatch.body import command_body, exec_body, parse_exec_body, script_command
+    from bridge.convert.sbatch.mapping import (
+        GPU_RESOURCE,
+        SBATCH_RUNTIME,
+        apply_flags,
+        default_job_name,
+        dns_label,
+        sbatch_runtime,
+        to_trainjob,
+    )
+    from bridge.convert.sbatch.parse import (
+        OPTIONS,
+        Directive,
+        SbatchRequest,
+        directive_arg,
+        merge,
+        parse_flags,
+        parse_script,
+        passthrough_value,
+        split_script,
+        tokenize_directive,
+    )
+    from bridge.convert.sbatch.values import (
+        GresItem,
+        gpu_counts,
+        gres_items,
+        node_range,
+        size_mb,
+        slurm_time,
+        time_seconds,
+    )
+
 #: each public name and the submodule that defines it: imported on first use (PEP 562), so importing one
 #: submodule (the Slurm renderer needs only ``values``) does not load the parser's option tables
 _WHERE = {
@@ -23,7 +58,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,9 +12,9 @@ interpreter (see ``body.script_command``). Writing a batch script is the Slurm r
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -48,6 +48,8 @@ from bridge.plan import (
     slurm_layout_counts,
     slurm_layout_text,
 )
+
+_T = TypeVar("_T")
 
 #: the ClusterTrainingRuntime converted scripts reference (see ``sbatch_runtime``)
 SBATCH_RUNTIME = "sbatch-script"
@@ -109,7 +111,7 @@ class _Conversion:
     def fail(self, option: str, value: object, problem: str) -> InvalidSpec:
         return InvalidSpec(self.request.where(option), value, problem, source=self.request.source)
 
-    def value(self, option: str, parse):
+    def value(self, option: str, parse: Callable[[str], _T]) -> _T | None:
         """The option's value through *parse*, or None when absent; marks the option handled."""
         self.handled.add(option)
         value = self.request.get(option)

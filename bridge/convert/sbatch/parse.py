@@ -22,7 +22,7 @@ Every value is checked as sbatch would check it (``_CHECKS``), so a request that
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -478,14 +478,14 @@ def _check_export(value: str) -> None:
             raise BadValue("not an export list: ALL, NONE or VAR[=value][,…] (ALL or NONE first)")
 
 
-def _one_of(*choices: str):
+def _one_of(*choices: str) -> Callable[[str], None]:
     def check(value: str) -> None:
         if value.lower() not in choices:
             raise BadValue(f"must be one of {', '.join(choices)}")
     return check
 
 
-def _pattern(regex: re.Pattern[str], what: str):
+def _pattern(regex: re.Pattern[str], what: str) -> Callable[[str], None]:
     def check(value: str) -> None:
         if not regex.fullmatch(value):
             raise BadValue(f"not {what}")
