@@ -12,13 +12,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
 
 #: what *assess* makes of a cluster: anything with the cluster's ``adapter`` and the job's ``plan`` there
 Assessed = TypeVar("Assessed")
+
+
+
+class _Capacity(Protocol):
+    """What is read of an adapter's answer (bridge.adapters.base.Capacity, a layer above)."""
+
+    @property
+    def free(self) -> int: ...
+    @property
+    def fitting(self) -> int: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def limit(self) -> str | None: ...
+
 
 #: the cluster name that asks for placement (``--cluster auto``, or the annotation on a TrainJob or runtime)
 AUTO = "auto"
@@ -56,7 +71,7 @@ def _judge(name: str, cluster: BridgeCluster, assess: Callable[[BridgeCluster], 
     return _verdict(name, backend, assessed.plan.nodes, capacity), assessed
 
 
-def _verdict(name: str, backend: str, nodes: int, capacity) -> Candidate:
+def _verdict(name: str, backend: str, nodes: int, capacity: _Capacity) -> Candidate:
     if capacity.limit:
         return Candidate(name, backend, "cannot run", f"{capacity.limit}; {capacity.detail}")
     if capacity.fitting < nodes:

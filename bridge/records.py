@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def state_root() -> Path:
@@ -127,7 +128,7 @@ class JobStore:
         except FileNotFoundError:
             return None
 
-    def add_move(self, uid: str, move: dict) -> None:
+    def add_move(self, uid: str, move: dict[str, Any]) -> None:
         directory = self._dir(uid)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(directory / "history.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -137,7 +138,7 @@ class JobStore:
         finally:
             os.close(fd)
 
-    def history(self, uid: str) -> list[dict]:
+    def history(self, uid: str) -> list[dict[str, Any]]:
         try:
             lines = (self._dir(uid) / "history.jsonl").read_text(encoding="utf-8").splitlines()
         except (FileNotFoundError, ValueError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.annotations import PREFIX, SBATCH_PASSTHROUGH_PREFIX, TENANT_LABEL
 from bridge.api.cluster import BridgeCluster, Tenant
@@ -71,10 +72,10 @@ def as_tenant(cluster: BridgeCluster, tenant: Tenant) -> BridgeCluster:
     namespace on Kubernetes. A tenant of the cluster's own identity (``allowedNamespaces``) changes nothing but
     the label."""
     spec = cluster.spec
-    update: dict = {}
+    update: dict[str, Any] = {}
     credentials = tenant.credentials
     if spec.slurm is not None and tenant.user:
-        conn: dict = {"user": tenant.user}
+        conn: dict[str, Any] = {"user": tenant.user}
         if credentials and credentials.key_secret_ref:
             conn |= {"key_secret_ref": credentials.key_secret_ref, "key_file": None}
         if credentials and credentials.token_secret_ref:

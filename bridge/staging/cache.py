@@ -81,7 +81,7 @@ def tree_size(root: Path) -> tuple[int, int]:
 
 
 class StageCache:
-    def __init__(self, staging_dir: str | os.PathLike, private: bool = False) -> None:
+    def __init__(self, staging_dir: str | os.PathLike[str], private: bool = False) -> None:
         self.dir = Path(staging_dir) / "cache"
         #: a tenant's cache: its folders 0700, its files 0600 (the stage step checked the folder above is its own)
         self.private = private

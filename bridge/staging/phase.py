@@ -12,6 +12,8 @@ import json
 import os
 import stat
 from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any, ClassVar, Protocol, TypeVar
 
 PHASE_FILE = "initializer.json"
 #: the most of a phase file read: a stage step writes one short line
@@ -25,6 +27,26 @@ READ_EACH = (f'for f do printf "%s\\t" "$f"; if [ -f "$f" ] && [ ! -h "$f" ]; th
              '-- "$f" 2>/dev/null | tr -d "\\n\\r"; fi; echo; done')
 
 
+class _Ref(Protocol):
+    """What is read of a job's reference (an adapter's JobRef, a layer above)."""
+
+    @property
+    def uid(self) -> str: ...
+
+
+class _Status(Protocol):
+    """What is read of a job's status (an adapter's JobStatus, a layer above): a dataclass with a state."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def state(self) -> Enum: ...
+
+
+_R = TypeVar("_R", bound=_Ref)
+_S = TypeVar("_S", bound=_Status)
+
+
 def job_root(staging_dir: str, tenant: str | None = None) -> str:
     """The folder of a job's links and phase file: a tenant's under ``tenants/<tenant>``, the CLI's at the top."""
     root = staging_dir.rstrip("/")
@@ -35,7 +57,7 @@ def phase_path(staging_dir: str, uid: str, tenant: str | None = None) -> str:
     return f"{job_root(staging_dir, tenant)}/jobs/{uid}/{PHASE_FILE}"
 
 
-def read_phase(staging_dir: str, uid: str, tenant: str | None = None) -> dict | None:
+def read_phase(staging_dir: str, uid: str, tenant: str | None = None) -> dict[str, Any] | None:
     try:
         fd = os.open(phase_path(staging_dir, uid, tenant), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with open(fd, "rb") as handle:
@@ -52,9 +74,9 @@ def read_each_argv(paths: list[str]) -> list[str]:
     return ["sh", "-c", READ_EACH, "sh", *paths]
 
 
-def parse_each(paths: list[str], text: str) -> dict[str, dict]:
+def parse_each(paths: list[str], text: str) -> dict[str, dict[str, Any]]:
     """Phase documents by the path they were read from: line *i* of *text* belongs to ``paths[i]``."""
-    found = {}
+    found: dict[str, dict[str, Any]] = {}
     for path, line in zip(paths, text.split("\n"), strict=False):
         if not line.startswith(path + "\t"):
             break  # out of step: trust none of the rest
@@ -67,7 +89,7 @@ def parse_each(paths: list[str], text: str) -> dict[str, dict]:
     return found
 
 
-def phase_status(doc: Mapping | None) -> tuple[str, str] | None:
+def phase_status(doc: Mapping[str, Any] | None) -> tuple[str, str] | None:
     """(reason, message) a job's status shows for its stage step: while it fetches, and when it failed."""
     if not doc:
         return None
@@ -81,7 +103,7 @@ def phase_status(doc: Mapping | None) -> tuple[str, str] | None:
     return None
 
 
-def with_phase(status, doc: Mapping | None):
+def with_phase(status: _S, doc: Mapping[str, Any] | None) -> _S:
     """*status* (a JobStatus) as its stage step explains it: a running job still fetching shows
     "Initializing (dataset)", a failed one whose stage step failed names the initializer, URI and reason."""
     from dataclasses import replace
@@ -96,8 +118,8 @@ def with_phase(status, doc: Mapping | None):
     return status
 
 
-def with_stage_phases(statuses: dict, staging_dir: str | None, run: Callable[[list[str]], str],
-                      tenant: str | None = None) -> dict:
+def with_stage_phases(statuses: dict[_R, _S], staging_dir: str | None, run: Callable[[list[str]], str],
+                      tenant: str | None = None) -> dict[_R, _S]:
     """Running and failed jobs as their stage steps left them: *run(argv)* runs one command through the
     backend's transport (the stagingDir is on the cluster's storage), which prints each job's own phase file
     (:func:`read_each_argv`); *tenant*: the jobs are that tenant's (its folder, read as its user)."""

@@ -15,8 +15,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from bridge.api.storage import StorageLocation
+
+if TYPE_CHECKING:
+    from boto3.session import Session
 
 #: Kubeflow's model initializer keeps weights in these formats only, and skips the rest by default
 HF_MODEL_ALLOW = ("*.json", "*.safetensors", "*.model", "*.txt")
@@ -34,7 +39,7 @@ class Resolved:
     #: what identifies the content now: the cache key hangs on it
     version: str
     #: what of the source is taken (patterns): part of the key too
-    selection: tuple
+    selection: tuple[object, ...]
     download: Callable[[Path], None]
     #: a path already on shared storage, used in place (file://): nothing to download or cache
     in_place: Path | None = None
@@ -195,10 +200,10 @@ def _s3(location: StorageLocation, role: str, settings: Mapping[str, str]) -> Re
     return Resolved(digest.hexdigest(), ("s3", ignore), download, origin=origin)
 
 
-_SESSIONS: list = []
+_SESSIONS: list[Session] = []
 
 
-def _boto3_session(boto3):
+def _boto3_session(boto3: ModuleType) -> Session:
     """One boto3 session per process: making one loads botocore's service models (~60 ms), a client from it
     then costs ~3 ms; a stage step with an S3 dataset and an S3 model pays once."""
     if not _SESSIONS:

@@ -22,7 +22,9 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from bridge.api.names import check_dns1123_label
 from bridge.api.storage import ROLES, StageSource, parse_storage_uri, secret_name_problem
@@ -100,7 +102,7 @@ class Stager:
         for part in (self.root / "jobs", self.root / "cache"):
             part.mkdir(mode=0o700, exist_ok=True)
 
-    def phase(self, **doc) -> None:
+    def phase(self, **doc: object) -> None:
         self.job_dir.mkdir(parents=True, exist_ok=True, mode=0o700 if self.tenant else 0o777)
         tmp = self.job_dir / f".{PHASE_FILE}.{os.getpid()}"
         tmp.write_text(json.dumps({"uid": self.uid, "time": time.time(), **doc}, sort_keys=True) + "\n",
@@ -172,9 +174,9 @@ class Stager:
             else:
                 key = cache_key(source.uri, resolved.version, resolved.selection, resolved.origin,
                                 self.scope(source, settings))
-                entry, hit = cache.fill(key, source.uri, resolved.version, resolved.download, on_wait=lambda s=source:
-                                        self.say(f"hpcbridge: {s.role}: another job is downloading {s.uri}; waiting"),
-                                        origin=resolved.origin)
+                waiting = f"hpcbridge: {source.role}: another job is downloading {source.uri}; waiting"
+                entry, hit = cache.fill(key, source.uri, resolved.version, resolved.download,
+                                        on_wait=partial(self.say, waiting), origin=resolved.origin)
                 target, size = entry.data, entry.bytes
             _link(link, target)
             outcome = Outcome(source.role, source.uri, str(link), hit, size, time.monotonic() - started)
@@ -209,8 +211,9 @@ def _link(link: Path, target: Path) -> None:
 def run(uid: str, staging_dir: str, sources: Sequence[StageSource], secrets_dir: str | None = None,
         say: Callable[[str], None] | None = None, tenant: str | None = None, namespace: str | None = None) -> int:
     """The stage step's body: 0 when every source is staged, STAGE_FAILED (the reason said and recorded)."""
-    stager = Stager(uid, Path(staging_dir), secrets_dir or DEFAULT_SECRETS_DIR,
-                    **({"say": say} if say is not None else {}), tenant=tenant, namespace=namespace)
+    given: dict[str, Any] = {"say": say} if say is not None else {}  # else Stager's own default
+    stager = Stager(uid, Path(staging_dir), secrets_dir or DEFAULT_SECRETS_DIR, **given, tenant=tenant,
+                    namespace=namespace)
     current = sources[0] if sources else StageSource("dataset", "")
     # a tenant's files are its own whatever umask the job inherited (the libraries that download follow it)
     umask = os.umask(0o077) if tenant is not None else None
