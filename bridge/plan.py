@@ -46,9 +46,9 @@ from bridge.api.names import (
     check_uid,
 )
 from bridge.api.quantity import parse_quantity
-from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
+from bridge.api.runtime import ClusterTrainingRuntime, MLPolicy, TrainingRuntime
 from bridge.api.storage import StageSource
-from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
+from bridge.api.trainjob import MANAGED_BY_BRIDGE, DatasetInitializer, TrainJob
 from bridge.convert.sbatch.values import array_problem
 from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
@@ -358,7 +358,8 @@ def derive_uid(trainjob: TrainJob) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{trainjob.namespace}/{trainjob.name}"))
 
 
-def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | ClusterTrainingRuntime]):
+def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | ClusterTrainingRuntime],
+                 ) -> TrainingRuntime | ClusterTrainingRuntime:
     """The runtime ``spec.runtimeRef`` names (namespaced TrainingRuntimes must share the TrainJob's namespace)."""
     ref = trainjob.spec.runtime_ref
     kind = ref.resolved_kind
@@ -383,7 +384,7 @@ def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | Cluste
     return candidates[-1]
 
 
-def requested_cluster(trainjob: TrainJob, runtime, override: str | None, default: str) -> str:
+def requested_cluster(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime | None, override: str | None, default: str) -> str:
     """The cluster name asked for: the explicit choice, else the TrainJob's annotation, else the runtime's,
     else *default*; ``auto`` asks the orchestration layer to place the job (bridge.placement)."""
     name = override
@@ -395,8 +396,9 @@ def requested_cluster(trainjob: TrainJob, runtime, override: str | None, default
     return name or default
 
 
-def select_cluster(trainjob: TrainJob, runtime, clusters: Mapping[str, BridgeCluster], override: str | None = None,
-                   default: str = "local"):
+def select_cluster(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime | None,
+                   clusters: Mapping[str, BridgeCluster], override: str | None = None,
+                   default: str = "local") -> BridgeCluster:
     """The target cluster: the explicit choice, else the TrainJob's annotation, else the runtime's, else
     *default* (``local`` for the CLI; the operator's own)."""
     name = requested_cluster(trainjob, runtime, override, default)
@@ -546,7 +548,7 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     return plan
 
 
-def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeCluster,
+def _staging(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, template: JobSetSpec, cluster: BridgeCluster,
              tenant: str | None = None) -> StagingPlan | None:
     """The TrainJob's initializers, checked where the backend will read them: each URI's scheme, and on
     Kubernetes the runtime's initializer job (as Kubeflow's webhook checks it); elsewhere the cluster's shared
@@ -602,11 +604,9 @@ def _staging(trainjob: TrainJob, runtime, template: JobSetSpec, cluster: BridgeC
     return StagingPlan(tuple(sources), staging_dir, cluster.spec.secrets_dir, tenant)
 
 
-def _runtime_initializer(template: JobSetSpec, role: str):
+def _runtime_initializer(template: JobSetSpec, role: str) -> DatasetInitializer | None:
     """A runtime's own ``<role>-initializer`` job as an initializer: its container's STORAGE_URI and the rest
     of its literal env (Kubeflow's torchtune runtimes fetch their default dataset and model so)."""
-    from bridge.api.trainjob import DatasetInitializer
-
     name = f"{role}-initializer"
     for job in template.replicated_jobs or []:
         pod = job.template.spec.template.spec if job.name == name else None
@@ -653,7 +653,7 @@ def _gpu_note(framework: str, procs: int, resources: NodeResources, job: str) ->
             "(NCCL refuses two ranks on one GPU)",)
 
 
-def _check_xgboost_tracker(framework: str, env) -> None:
+def _check_xgboost_tracker(framework: str, env: Iterable[EnvEntry]) -> None:
     for entry in env:
         if entry.name == XGBOOST_TRACKER_ENV and (framework != "xgboost" or entry.value not in XGBOOST_TRACKERS):
             raise InvalidSpec(f"spec.trainer.env[{XGBOOST_TRACKER_ENV}]", entry.value,
@@ -661,7 +661,7 @@ def _check_xgboost_tracker(framework: str, env) -> None:
                               f"only an xgboost runtime has a tracker; this one's policy is {framework}")
 
 
-def _pod_group(runtime, cluster: BridgeCluster) -> PodGroupPlan | None:
+def _pod_group(runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster) -> PodGroupPlan | None:
     """A runtime's podGroupPolicy, honoured or refused, never dropped. On Kubernetes the cluster must run that
     gang scheduler (spec.kubernetes.gangScheduler), or the pods would be scheduled one by one and a job could
     hold half its nodes forever; on Slurm and Flux one allocation starts every node together, which is what the
@@ -677,10 +677,11 @@ def _pod_group(runtime, cluster: BridgeCluster) -> PodGroupPlan | None:
                               f"cluster {cluster.name!r} has {'no gang scheduler' if has is None else has} "
                               f"(spec.kubernetes.gangScheduler): its pods would be scheduled one by one")
     conn = cluster.spec.kubernetes
-    if kind == "coscheduling":
+    if policy.coscheduling is not None:  # kind == "coscheduling"
         timeout = policy.coscheduling.schedule_timeout_seconds
         return PodGroupPlan(kind, 60 if timeout is None else timeout,
                             scheduler_name=conn.scheduler_name if conn else None)
+    assert policy.volcano is not None  # PodGroupPolicy holds exactly one of the two
     return PodGroupPlan(kind, network_topology=policy.volcano.network_topology,
                         scheduler_name=(conn.scheduler_name if conn else None) or "volcano")
 
@@ -706,7 +707,8 @@ _CONTAINER_READ = {"name", "image", "command", "args", "env", "resources", "work
 _POD_NEUTRAL = {"containers", "restartPolicy"}
 
 
-def _unhonoured(trainjob: TrainJob, runtime, template, trainer_job, container, image: str | None,
+def _unhonoured(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, template: JobSetSpec,
+                trainer_job: ReplicatedJob, container: Container, image: str | None,
                 cluster: BridgeCluster) -> tuple[str, ...]:
     """One note per Kubernetes-only field the TrainJob sets (its runtime patches, image, initializer) that
     *cluster* cannot honour; refused instead when the cluster lists the field in ``spec.defaults.mustHonour``
@@ -717,7 +719,7 @@ def _unhonoured(trainjob: TrainJob, runtime, template, trainer_job, container, i
     base_jobs = runtime.spec.template.spec.model_dump(by_alias=True, exclude_none=True, mode="json").get(
         "replicatedJobs", [])
 
-    def pod_of(jobs: list, name: str) -> dict:
+    def pod_of(jobs: list[dict[str, Any]], name: str) -> dict[str, Any]:
         job = next((j for j in jobs if j.get("name") == name), {})
         return (((job.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
 
@@ -751,7 +753,7 @@ def _unhonoured(trainjob: TrainJob, runtime, template, trainer_job, container, i
     return tuple(notes)
 
 
-def _jobset_metadata(trainjob: TrainJob, runtime) -> Mapping[str, Mapping[str, str]]:
+def _jobset_metadata(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime) -> Mapping[str, Mapping[str, str]]:
     """The JobSet's own labels and annotations, as Kubeflow propagates them: the runtime template's metadata,
     then each runtime patch's ``template.metadata`` in order."""
     merged: dict[str, dict[str, str]] = {"labels": {}, "annotations": {}}
@@ -762,7 +764,8 @@ def _jobset_metadata(trainjob: TrainJob, runtime) -> Mapping[str, Mapping[str, s
     for index, patch in enumerate(trainjob.spec.runtime_patches or []):
         where = f"spec.runtimePatches[{index}].trainingRuntimeSpec.template.metadata"
         spec = patch.training_runtime_spec if isinstance(patch.training_runtime_spec, dict) else {}
-        template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+        given = spec.get("template")
+        template: dict[str, Any] = given if isinstance(given, dict) else {}
         patch_meta = template.get("metadata")
         if patch_meta is None:
             continue
@@ -836,7 +839,7 @@ def _check_privileged(options: BackendOptions, cluster: BridgeCluster) -> None:
 # --- merging -------------------------------------------------------------------------------------------
 
 
-def _merged_template(trainjob: TrainJob, runtime) -> JobSetSpec:
+def _merged_template(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime) -> JobSetSpec:
     """The runtime's JobSet spec with every runtime patch applied in list order (strategic merge)."""
     base = runtime.spec.template.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     job_names = [job["name"] for job in base.get("replicatedJobs", [])]
@@ -966,7 +969,7 @@ def _node_resources(runtime: ResourceRequirements | None, trainjob: ResourceRequ
                          given_limits=tuple((n, str(v)) for n, v in given["limits"].items()))
 
 
-def _node_count(trainjob: TrainJob, policy) -> int:
+def _node_count(trainjob: TrainJob, policy: MLPolicy | None) -> int:
     trainer = trainjob.spec.trainer
     if trainer and trainer.num_nodes is not None:
         nodes, where = trainer.num_nodes, "spec.trainer.numNodes"
@@ -979,10 +982,11 @@ def _node_count(trainjob: TrainJob, policy) -> int:
     return nodes
 
 
-def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: NodeResources) -> tuple[int, Launcher]:
+def _procs_and_launcher(trainjob: TrainJob, policy: MLPolicy | None, framework: str, resources: NodeResources) -> tuple[int, Launcher]:
     trainer = trainjob.spec.trainer
     explicit = trainer.num_proc_per_node if trainer else None
     if framework == "mpi":
+        assert policy is not None and policy.mpi is not None  # what makes the framework "mpi"
         launcher = _MPI_LAUNCHERS[policy.mpi.mpi_implementation or ""]
         runtime_value = policy.mpi.num_proc_per_node or 1
         if explicit is not None:
@@ -1001,6 +1005,7 @@ def _procs_and_launcher(trainjob: TrainJob, policy, framework: str, resources: N
         # one worker per GPU, as Kubeflow counts them (DMLC_NUM_WORKER); hpcbridge launch starts each
         return explicit or resources.gpus or 1, Launcher.PLAIN
     if framework == "flux":
+        assert policy is not None and policy.flux is not None  # what makes the framework "flux"
         return explicit or policy.flux.num_proc_per_node or 1, Launcher.FLUX
     if framework == "script":
         return explicit or 1, Launcher.SCRIPT
