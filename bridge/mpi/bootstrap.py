@@ -22,11 +22,21 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
+from bridge.envnames import TF_ROLES_ENV, XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
 from bridge.mpi.exits import FORWARDED, STOPPING, shell_code, signal_code
 from bridge.mpi.hostfile import Peer, hostfile_for
+
+#: True for the type checker only (which reads any TYPE_CHECKING so): importing typing would add to the
+#: start-up of every node of every job
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from types import FrameType
+    from typing import Any, NamedTuple
+
+    from bridge.mpi.spawn import Process
 
 LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux", "script")
 #: frameworks whose processes get their coordinates from the launch (as Kubeflow's plugins give a pod them)
@@ -45,8 +55,33 @@ _SPEC_DEFAULTS = {"nodes": None, "forward_env": (), "hosts": (), "node_rank": No
                   "gpus_per_node": 0}
 
 
-class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_node", "command", *_SPEC_DEFAULTS],
-                            defaults=tuple(_SPEC_DEFAULTS.values()))):
+if TYPE_CHECKING:
+    class _LaunchSpec(NamedTuple):
+        # the fields as the type checker sees them; the defaults are _SPEC_DEFAULTS, through LaunchSpec.__new__
+        launcher: str
+        discovery: str
+        procs_per_node: int
+        command: tuple[str, ...]
+        nodes: int | None
+        forward_env: tuple[str, ...]
+        hosts: tuple[str, ...]
+        node_rank: int | None
+        hostfile: str | None
+        rdzv_port: int
+        job_id: str
+        ssh_dir: str | None
+        ssh_port: int
+        wait_timeout: float
+        extra_env: Mapping[str, str]
+        leader: str | None
+        framework: str
+        gpus_per_node: int
+else:
+    _LaunchSpec = namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_node", "command", *_SPEC_DEFAULTS],
+                             defaults=tuple(_SPEC_DEFAULTS.values()))
+
+
+class LaunchSpec(_LaunchSpec):
     """What ``hpcbridge launch`` does, immutable (a named tuple, not a dataclass: see hostfile.py).
 
     ``ssh_dir`` is the directory with the job's SSH keys (mpi.ssh.create_job_keys) and enables ssh between the
@@ -54,26 +89,8 @@ class LaunchSpec(namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_n
     """
 
     __slots__ = ()
-    launcher: str
-    discovery: str
-    procs_per_node: int
-    command: tuple[str, ...]
-    nodes: int | None
-    forward_env: tuple[str, ...]
-    hosts: tuple[str, ...]
-    node_rank: int | None
-    hostfile: str | None
-    rdzv_port: int
-    job_id: str
-    ssh_dir: str | None
-    ssh_port: int
-    wait_timeout: float
-    extra_env: Mapping[str, str]
-    leader: str | None
-    framework: str
-    gpus_per_node: int
 
-    def __new__(cls, *args, **kwargs) -> LaunchSpec:
+    def __new__(cls, *args: Any, **kwargs: Any) -> LaunchSpec:
         self = super().__new__(cls, *args, **kwargs)
         if self.launcher not in LAUNCHERS:
             raise InvalidSpec("--launcher", self.launcher, f"use one of {', '.join(LAUNCHERS)}")
@@ -159,7 +176,7 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
         env.update(launchers.torch_env(topology, spec.rdzv_port))
     if spec.framework == "jax":
         env.update(launchers.jax_env(topology, spec.rdzv_port, launchers.node_gpus(env)))
-    roles = env.get(launchers.TF_ROLES_ENV)
+    roles = env.get(TF_ROLES_ENV)
     if roles:
         env["TF_CONFIG"] = launchers.tf_config(roles, topology, int(env.get(launchers.TF_PORT_ENV) or
                                                                      launchers.TF_DEFAULT_PORT))
@@ -186,9 +203,9 @@ class Child:
     """
 
     def __init__(self) -> None:
-        self.proc = None
+        self.proc: Process | None = None
         self.pending: list[int] = []
-        self.previous: dict = {}
+        self.previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> Child:
         self.previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED}
@@ -228,11 +245,13 @@ class Child:
 
     def wait(self) -> int:
         """The child's exit as a shell reports it (128+N when signal N ended it)."""
+        assert self.proc is not None  # start() started it
         return shell_code(self.proc.wait())
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM its group, SIGKILL after *grace* seconds."""
         self._forward(signal.SIGTERM, None)
+        assert self.proc is not None  # start() started it
         try:
             self.proc.wait(grace)
         except TimeoutError:
@@ -317,7 +336,7 @@ def release_token(keys: Path, job_id: str, host: str) -> bytes:
 
 
 def serve_peer(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workdir: str,
-               start_sshd: Callable = ssh.start_sshd, poll: float = 0.05) -> int:
+               start_sshd: Callable[[Path, Path], Process] = ssh.start_sshd, poll: float = 0.05) -> int:
     """A non-zero MPI rank: serve sshd for the launcher until rank 0 says the job is over.
 
     Rank 0 says so on the release port (sshd's port + 1) with a token made from the job's key; where that
@@ -367,7 +386,7 @@ def serve_peer(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workd
     return signal_code(stopping[0]) if stopping else 0
 
 
-def _released(listener, expected: bytes) -> bool:
+def _released(listener: socket.socket, expected: bytes) -> bool:
     try:
         conn, _ = listener.accept()
     except OSError:  # TimeoutError included
@@ -427,7 +446,7 @@ def release_peers(spec: LaunchSpec, tokens: Mapping[str, bytes], files: ssh.SSHF
         # fallback: the peer's release file, created over ssh; its sshd tells the session where it is
         import subprocess
 
-        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         try:
             subprocess.run(["ssh", "-F", str(files.config), host, f'touch "${RELEASE_ENV}"'], timeout=30,
                            check=False, **quiet)
@@ -515,6 +534,7 @@ def run_script(spec: LaunchSpec, topology: discovery.Topology, workdir: str) -> 
                                              "keys: its steps reach the other nodes over ssh")
     keys = None
     if transport == "ssh":
+        assert spec.ssh_dir  # what made the transport ssh
         keys = ssh.private_keys(ssh.load_job_keys(spec.ssh_dir), Path(workdir))
         if topology.rank != 0:
             return serve_peer(spec, topology, keys, workdir)
@@ -546,7 +566,7 @@ def report_gpus(topology: discovery.Topology, gpus: Sequence[str]) -> None:
 
 
 class _Worker:
-    def __init__(self, proc) -> None:
+    def __init__(self, proc: Process) -> None:
         self.proc = proc
         self.code: int | None = None
 
@@ -581,8 +601,9 @@ def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str
             tracker = _Worker(Process(argv, env, new_session=True))
         for local in range(spec.procs_per_node):
             worker_env = {**env, **launchers.xgboost_env(topology, spec.rdzv_port, local)}
-            if shares[local] is not None:
-                worker_env["CUDA_VISIBLE_DEVICES"] = shares[local]
+            share = shares[local]
+            if share is not None:
+                worker_env["CUDA_VISIBLE_DEVICES"] = share
             members.append(_Worker(Process(list(spec.command), worker_env, new_session=True,
                                            outputs=relay.pipe() if relay else None)))
     except FileNotFoundError as exc:

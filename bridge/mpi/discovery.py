@@ -9,15 +9,29 @@ from __future__ import annotations
 import os
 import re
 from collections import namedtuple
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from bridge.errors import InvalidSpec
 from bridge.mpi.hostfile import Peer
 
+#: True for the type checker only (which reads any TYPE_CHECKING so): importing typing would add to the
+#: start-up of every node of every job
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any, NamedTuple
+
+    class _Topology(NamedTuple):
+        hosts: tuple[str, ...]
+        rank: int
+        slots: int
+else:
+    _Topology = namedtuple("Topology", "hosts rank slots")
+
 SOURCES = ("slurm", "flux", "jobset", "hostfile", "explicit", "local")
 
 
-class Topology(namedtuple("Topology", "hosts rank slots")):
+class Topology(_Topology):
     """The job's hosts in rank order (tuple of names), this node's rank, and the slots on every host."""
 
     __slots__ = ()
@@ -60,7 +74,8 @@ def from_slurm(env: Mapping[str, str], slots: int) -> Topology:
     return Topology(hosts, rank, slots)
 
 
-def from_flux(env: Mapping[str, str], slots: int, run=None) -> Topology:
+def from_flux(env: Mapping[str, str], slots: int,
+              run: Callable[..., subprocess.CompletedProcess[Any]] | None = None) -> Topology:
     from bridge.mpi.hostlist import expand
 
     if run is None:

@@ -10,21 +10,35 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bridge.mpi.exits import FORWARDED, shell_code
+
+if TYPE_CHECKING:
+    import threading
+
+
+class _Process(Protocol):
+    """A spawn.Process or a subprocess.Popen: its pid, and its return code, set here once it is reaped."""
+
+    @property
+    def pid(self) -> int: ...
+
+    returncode: int | None
 
 
 class Member(Protocol):
     """A started child: ``proc.pid``; ``code`` is set to its shell-style exit code once it ended."""
 
-    proc: object
+    @property
+    def proc(self) -> _Process: ...
+
     code: int | None
 
 
 def signal_group(member: Member, signum: int) -> None:
     try:
-        os.killpg(member.proc.pid, signum)  # type: ignore[attr-defined]
+        os.killpg(member.proc.pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -65,11 +79,11 @@ def wait_all(members: Sequence[Member], kill_on_bad_exit: bool = False, grace: f
                         member.code = 1
                     codes.append(1)
                     break
-            done = next((member for member in pending if member.proc.pid == pid), None)  # type: ignore[attr-defined]
+            done = next((member for member in pending if member.proc.pid == pid), None)
             if done is None:
                 continue
             code = os.waitstatus_to_exitcode(status)
-            done.proc.returncode = code  # type: ignore[attr-defined]
+            done.proc.returncode = code
             code = done.code = shell_code(code)
             codes.append(code)
             pending.remove(done)
@@ -98,7 +112,7 @@ class LineRelay:
         self._selector = selectors.DefaultSelector()
         self._partial: dict[int, bytes] = {}
         self._writers: list[int] = []
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def pipe(self) -> tuple[int, int]:
         import sys

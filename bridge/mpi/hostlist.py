@@ -106,7 +106,7 @@ class HostlistError(InvalidSpec):
 class _Group(NamedTuple):
     """One ``[...]``: its host count and either the item texts (all single numbers) or its ranges."""
 
-    count: int
+    hosts: int
     texts: list[str] | None  # every item a single number: the hosts' digits are the items as written
     los: list[int]
     his: list[int]
@@ -211,15 +211,15 @@ def _expand_bracketed(hostlist: str, start: int, token: str, chunks: list[str]) 
     groups = [_parse_group(hostlist, start + m.start(1), m.group(1)) for m in matches]
     count = 1
     for index, group in enumerate(groups[:-1]):
-        if group.count > MAX_PREFIX_HOSTS:
+        if group.hosts > MAX_PREFIX_HOSTS:
             raise HostlistError(
                 hostlist,
                 start + matches[index].start(),
-                f"too many hosts ({group.count}) in a bracket group followed by more name",
+                f"too many hosts ({group.hosts}) in a bracket group followed by more name",
                 f"; Slurm allows {MAX_PREFIX_HOSTS}",
             )
-        count *= group.count
-    count *= groups[-1].count
+        count *= group.hosts
+    count *= groups[-1].hosts
     if count > MAX_HOSTS:
         raise HostlistError(hostlist, start, f"more than {MAX_HOSTS} hosts", "; Slurm counts them in an int")
     if len(groups) == 1:
@@ -431,6 +431,7 @@ def compress(hosts: Iterable[str]) -> str:
                 tail += 1
                 expected = head + _TAILS[tail]
             else:
+                assert group is not None  # a name matched *expected*: a group is open
                 expected, head, tail = _next_name(group, previous + 1, width)
             continue
         prefix = name.rstrip(digits)

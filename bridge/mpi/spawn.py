@@ -44,7 +44,7 @@ class Process:
         program = which(argv[0], env.get("PATH", os.defpath))
         if program is None:
             raise FileNotFoundError(2, "command not found", argv[0])
-        actions: list[tuple] = []
+        actions: list[tuple[int | str, ...]] = []
         if quiet:
             actions = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
         elif outputs is not None:
@@ -78,13 +78,13 @@ class Process:
             return self.returncode
         deadline = time.monotonic() + timeout
         delay = 0.0005
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"{self.args[0]} still runs after {timeout:g}s")
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 0.05)
-        return self.returncode
+        return code
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:

@@ -22,6 +22,14 @@ from pathlib import Path
 
 from bridge.errors import BackendRejected, InvalidSpec
 
+#: True for the type checker only (which reads any TYPE_CHECKING so): every node imports this module at start-up
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import Any
+
+    from bridge.mpi.spawn import Process
+
 CLIENT_KEY = "id_ed25519"
 HOST_KEY = "ssh_host_ed25519_key"
 AUTHORIZED_KEYS = "authorized_keys"
@@ -190,7 +198,7 @@ def write_sshd_config(keys: Path, workdir: Path, port: int = DEFAULT_PORT,
     return path
 
 
-def start_sshd(config: Path, log: Path):
+def start_sshd(config: Path, log: Path) -> Process:
     """``sshd -D`` with *config* (a spawn.Process); it logs to *log*."""
     from bridge.mpi.spawn import Process, which
 
@@ -206,7 +214,7 @@ def start_sshd(config: Path, log: Path):
 class _Attempt:
     """One connection to one peer, from connect to its first bytes."""
 
-    def __init__(self, host: str, sock, expires: float) -> None:
+    def __init__(self, host: str, sock: socket.socket, expires: float) -> None:
         self.host, self.sock, self.expires, self.data = host, sock, expires, b""
 
 
@@ -219,7 +227,7 @@ class _Names:
         import threading
 
         self.port, self.refresh = port, refresh
-        self.addresses: dict[str, list] = {}
+        self.addresses: dict[str, list[tuple[int, int, int, Any]]] = {}
         self.wanted = set(hosts)
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -251,7 +259,7 @@ class _Names:
                 return
             self.done.wait(max(0.0, min(upcoming) - time.monotonic()))
 
-    def get(self, host: str) -> list:
+    def get(self, host: str) -> list[tuple[int, int, int, Any]]:
         with self.lock:
             return self.addresses.get(host, [])
 
@@ -296,7 +304,7 @@ def wait_for_peers(hosts: Sequence[str], port: int, deadline_seconds: float, *, 
     deadline = time.monotonic() + deadline_seconds
     retry_at = dict.fromkeys(pending, 0.0)
     tries = dict.fromkeys(pending, 0)
-    attempts: dict = {}
+    attempts: dict[socket.socket, _Attempt] = {}
     selector = selectors.DefaultSelector()
     names = _Names(pending, port)
 
@@ -333,7 +341,7 @@ def wait_for_peers(hosts: Sequence[str], port: int, deadline_seconds: float, *, 
                                                 f"{deadline_seconds:g}s: {shown}")
             wake = min([deadline, now + 0.05, *retry_at.values(), *(a.expires for a in attempts.values())])
             for key, events in selector.select(max(0.0, wake - now)):
-                attempt = attempts[key.fileobj]
+                attempt = attempts[key.fileobj]  # type: ignore[index]  # the socket registered, given back
                 now = time.monotonic()
                 if events & selectors.EVENT_WRITE:
                     if attempt.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):

@@ -24,10 +24,13 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from bridge.mpi.exits import ending_signal, shell_code
 from bridge.mpi.hostlist import compress, expand
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: how the launch told the script's shims to reach the nodes, and where the shims keep their state
 TRANSPORT_ENV = "HPCBRIDGE_STEP_TRANSPORT"
@@ -414,7 +417,7 @@ def _report(children: Sequence[_Child]) -> None:
 
 
 def _start_node(node: int, tasks: range, name: str, host: str, env: Mapping[str, str], wrapper: list[str],
-                step: Step, script_env: Mapping[str, str]):
+                step: Step, script_env: Mapping[str, str]) -> _Child:
     """One ssh to *host* that starts the node's tasks (``node``); the environment travels on its stdin, not on a
     command line another user could read."""
     from bridge.mpi.spawn import which
@@ -431,7 +434,7 @@ def _start_node(node: int, tasks: range, name: str, host: str, env: Mapping[str,
 class _Child:
     """A started process; *task* (node name, task id) when it is one task of the step, for srun's report."""
 
-    def __init__(self, proc, task: tuple[str, int] | None = None) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], task: tuple[str, int] | None = None) -> None:
         self.proc = proc
         self.task = task
         self.code: int | None = None
@@ -447,6 +450,7 @@ def _start(argv: Sequence[str], env: Mapping[str, str], stdin: bytes | None = No
     except FileNotFoundError:
         raise StepError(f"{argv[0]}: command not found") from None
     if stdin is not None:
+        assert proc.stdin is not None  # a pipe, asked for above
         proc.stdin.write(stdin)
         proc.stdin.close()
     return _Child(proc, task)
