@@ -1,8 +1,29 @@
 #!/usr/bin/env bash
 # Set up everything (scripts/setup.sh --all), lint, and run the whole test suite: unit tests and the
 # integration tests that drive real processes and daemons. Extra arguments go to pytest.
+#
+# Then the Slurm version matrix: the tests that use Slurm again on each release of HPCBRIDGE_SLURM_MATRIX
+# (default "24.11 26.05"; Debian's packages, built once into ~/.cache/hpcbridge/ by
+# tests/harness/slurm_versions.py), the main run being this machine's 22.05. With pytest arguments the matrix
+# runs only if HPCBRIDGE_SLURM_MATRIX is set; set it empty to skip it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --all
 .venv/bin/ruff check bridge tests bench scripts
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+
+matrix="24.11 26.05"
+[ "$#" -gt 0 ] && matrix=""
+matrix="${HPCBRIDGE_SLURM_MATRIX-$matrix}"
+
+status=0
+.venv/bin/python -m pytest -p no:cacheprovider "$@" || status=$?
+
+# every test that reaches Slurm (marked slurm): its own tests, the conformance suite's slurm engine, the sbatch
+# oracle, the operator's Slurm clusters and the tests that run one workload on Slurm and elsewhere
+for release in $matrix; do
+  echo "=== Slurm $release" >&2
+  started=$SECONDS
+  HPCBRIDGE_SLURM="$release" .venv/bin/python -m pytest -p no:cacheprovider -m slurm tests/integration || status=$?
+  echo "=== Slurm $release: $((SECONDS - started)) s" >&2
+done
+exit "$status"

@@ -25,6 +25,14 @@ from tests.harness.slurm import NetnsSlurmCluster, SlurmCluster
 from tests.integration.engines import engine  # noqa: F401 (the fixture, for every module here)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that starts a Slurm cluster is marked slurm, whatever its module says: ``-m slurm`` is how
+    scripts/test.sh selects what runs again on each Slurm release."""
+    for item in items:
+        if "slurm_install" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
+
+
 @pytest.fixture(scope="session")
 def netns_hosts(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[HostCluster]:
     """Three hosts node-0..node-2 (10.77.0.10-12 on bridge br-hpcb), each with its own sshd, for the session.
