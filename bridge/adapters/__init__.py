@@ -26,7 +26,8 @@ def adapter_class(backend: str) -> type[Adapter]:
     except KeyError:
         raise InvalidSpec("backend", backend, f"unknown backend; known: {', '.join(REGISTRY)}") from None
     module_name, class_name = target.split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    adapter: type[Adapter] = getattr(importlib.import_module(module_name), class_name)
+    return adapter
 
 
 def get_adapter(cluster: BridgeCluster) -> Adapter:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bridge.adapters.base import (
     SIGNALS,
@@ -42,6 +43,7 @@ from bridge.adapters.base import (
     JobStatus,
     NodeNeed,
 )
+from bridge.api.cluster import BridgeCluster
 from bridge.api.loader import dump_yaml
 from bridge.errors import BackendRejected, InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
@@ -121,7 +123,7 @@ def free_port(preferred: int, taken: Collection[int] = ()) -> int:
                 probe.bind(("", port))
             except OSError:
                 continue
-            found = probe.getsockname()[1]
+            found: int = probe.getsockname()[1]
         if found not in taken:
             return found
     raise BackendRejected("local", "no free TCP port for the job's coordinator")
@@ -179,7 +181,7 @@ def layout(plan: LaunchPlan) -> list[LocalProcess]:
 
 
 def render_layout(plan: LaunchPlan) -> str:
-    document = {
+    document: dict[str, Any] = {
         "cluster": plan.cluster,
         "trainJob": {"namespace": plan.namespace, "name": plan.name, "uid": plan.uid},
         "workdir": plan.workdir or ".",
@@ -205,14 +207,15 @@ def _job_dir(uid: str) -> Path:
     return state_dir() / uid
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] | None = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return None
+    return data
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
     tmp.replace(path)  # readers see the old file or the new one, never half of one
@@ -242,7 +245,7 @@ class _OwnedJob:
 
     ref: JobRef
     directory: Path
-    processes: list[subprocess.Popen]
+    processes: list[subprocess.Popen[bytes]]
     deadline: float | None
     pumps: list[threading.Thread] = field(default_factory=list)
     #: exit code of the node that failed first; the others were stopped because of it
@@ -259,7 +262,7 @@ class LocalAdapter(Adapter):
     capabilities = Capabilities(unique_names=True)
     options = ()
 
-    def __init__(self, cluster, output: Callable[[str], None] | None = None,
+    def __init__(self, cluster: BridgeCluster, output: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(cluster)
         self._owned: dict[str, _OwnedJob] = {}
@@ -377,13 +380,14 @@ class LocalAdapter(Adapter):
             status = JobStatus(job.ref, JobState.TIMEOUT, reason="DeadlineExceeded",
                                message="activeDeadlineSeconds passed while the initializers ran")
         else:
+            assert plan.staging is not None  # the only plans _stage is called for
             reason, message = phase_status(read_phase(plan.staging.dir, plan.uid, plan.staging.tenant)) or (
                 "InitializerFailed", f"the stage step exited with code {shell_code(code)}")
             status = JobStatus(job.ref, JobState.FAILED, exit_code=shell_code(code), reason=reason, message=message)
         self._finish(job, status)
         return False
 
-    def _pump(self, proc: subprocess.Popen, log_path: Path, prefix: str) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes], log_path: Path, prefix: str) -> None:
         assert proc.stdout is not None
         with open(log_path, "wb") as log:
             for raw in iter(proc.stdout.readline, b""):

@@ -16,8 +16,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bridge.errors import BackendRejected, BackendUnavailable, InvalidSpec
+
+if TYPE_CHECKING:
+    import paramiko
 
 
 @dataclass(frozen=True)
@@ -162,11 +166,11 @@ class SSHTransport(Transport):
         self.known_hosts_file = os.path.expanduser(known_hosts_file)
         self.env = dict(env or {})
         self.connect_timeout, self.retries, self.backoff, self._sleep = connect_timeout, retries, backoff, sleep
-        self._client = None
+        self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         self.connects = 0  # how many times a connection was opened (tests and benchmarks read it)
 
-    def _connect(self):
+    def _connect(self) -> paramiko.SSHClient:
         import paramiko  # only when an SSH cluster is used: keeps the CLI fast
 
         client = paramiko.SSHClient()
@@ -188,8 +192,9 @@ class SSHTransport(Transport):
         self.connects += 1
         return client
 
-    def _client_or_connect(self):
-        if self._client is None or not self._client.get_transport() or not self._client.get_transport().is_active():
+    def _client_or_connect(self) -> paramiko.SSHClient:
+        transport = self._client.get_transport() if self._client is not None else None
+        if self._client is None or not transport or not transport.is_active():
             self._client = self._connect()
         return self._client
 
@@ -243,7 +248,9 @@ class SSHTransport(Transport):
         try:
             with self._lock:
                 client = self._client_or_connect()
-                channel = client.get_transport().open_session(timeout=self.connect_timeout)
+                transport = client.get_transport()
+                assert transport is not None  # _client_or_connect gives a client whose transport is active
+                channel = transport.open_session(timeout=self.connect_timeout)
             channel.settimeout(timeout)
             channel.exec_command(self.command_line(argv))
             channel.shutdown_write()
@@ -274,7 +281,7 @@ class SSHTransport(Transport):
             self._client = None
 
 
-def _drain(channel, timeout: float) -> tuple[bytes, bytes]:
+def _drain(channel: paramiko.Channel, timeout: float) -> tuple[bytes, bytes]:
     """Read stdout and stderr together until both end: reading one to its end first deadlocks when the
     other fills the channel's window (a command that writes a lot to stderr before any stdout)."""
     import select

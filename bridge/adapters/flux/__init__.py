@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from bridge.adapters.base import (
     Adapter,
@@ -24,9 +25,10 @@ from bridge.adapters.base import (
     NodeNeed,
     OptionSpec,
 )
-from bridge.adapters.flux.client import FluxCLI
+from bridge.adapters.flux.client import FluxCLI, FluxPython
 from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import LocalTransport, SSHTransport, Transport
+from bridge.api.cluster import BridgeCluster
 from bridge.plan import Launcher, LaunchPlan
 from bridge.staging.phase import with_stage_phases
 from bridge.tenancy import tenant_of
@@ -38,7 +40,7 @@ RESULTS = {"COMPLETED": JobState.SUCCEEDED, "FAILED": JobState.FAILED, "CANCELED
            "TIMEOUT": JobState.TIMEOUT}
 
 
-def make_transport(cluster) -> Transport:
+def make_transport(cluster: BridgeCluster) -> Transport:
     conn = cluster.spec.flux
     env = {"FLUX_URI": conn.uri} if conn is not None and conn.uri else {}
     if conn is not None and conn.host:
@@ -46,7 +48,7 @@ def make_transport(cluster) -> Transport:
     return LocalTransport(env)
 
 
-def status_from_json(ref: JobRef, job: dict) -> JobStatus:
+def status_from_json(ref: JobRef, job: dict[str, Any]) -> JobStatus:
     """One entry of ``flux jobs --json``."""
     state_name = str(job.get("state", ""))
     if state_name == "INACTIVE":
@@ -96,10 +98,10 @@ class FluxAdapter(Adapter):
         OptionSpec("output", "shell output.stdout path"), OptionSpec("error", "shell output.stderr path"),
     )
 
-    def __init__(self, cluster, transport: Transport | None = None) -> None:
+    def __init__(self, cluster: BridgeCluster, transport: Transport | None = None) -> None:
         super().__init__(cluster)
         self._transport = transport
-        self._client = None
+        self._client: FluxCLI | FluxPython | None = None
         conn = cluster.spec.flux
         self.flux = conn.flux_command if conn is not None else "flux"
 
@@ -122,12 +124,10 @@ class FluxAdapter(Adapter):
         return Artifact("flux", "jobspec", plan, (ArtifactFile(f"{plan.name}.jobspec.json", text, "application/json"),))
 
     @property
-    def client(self):
+    def client(self) -> FluxCLI | FluxPython:
         if self._client is None:
             conn = self.cluster.spec.flux
             if conn is not None and conn.transport == "python":
-                from bridge.adapters.flux.client import FluxPython
-
                 self._client = FluxPython(conn.uri)
             else:
                 self._client = FluxCLI(self.transport, self.flux)
@@ -162,15 +162,15 @@ class FluxAdapter(Adapter):
         """One query for every tracked job."""
         if not refs:
             return {}
-        found: dict[str, dict] = {}
+        found: dict[str, dict[str, Any]] = {}
         for job in self.client.jobs([ref.job_id for ref in refs]):
             for key in ("id", "jobid"):
                 if key in job:
                     found[str(job[key])] = job
         statuses = {}
         for ref in refs:
-            job = found.get(ref.job_id)
-            statuses[ref] = status_from_json(ref, job) if job else JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
+            record = found.get(ref.job_id)
+            statuses[ref] = status_from_json(ref, record) if record else JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
         return with_stage_phases(statuses, self.cluster.spec.staging_dir,
                                  lambda argv: self.transport.run(argv, timeout=30).stdout, tenant_of(self.cluster))
 

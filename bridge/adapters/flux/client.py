@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import errno
 import json
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from bridge.adapters.base import SIGNALS
 from bridge.adapters.transport import CommandResult, Transport
 from bridge.errors import BackendRejected, BackendUnavailable
+
+_T = TypeVar("_T")
 
 _TRANSIENT = ("Connection refused", "No such file or directory", "Unable to connect", "flux_open",
               "broker is not running", "Connection reset")
@@ -85,7 +87,7 @@ class FluxCLI:
     def jobs(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """``flux jobs --json`` entries for *ids* (one call)."""
         result = self.run(["jobs", "--json", *ids], "flux jobs", check=False)
-        found = []
+        found: list[dict[str, Any]] = []
         for line in result.stdout.splitlines():
             try:
                 payload = json.loads(line)
@@ -176,10 +178,10 @@ class FluxPython:
         except OSError as exc:
             raise BackendUnavailable("flux", f"cannot open {uri or '$FLUX_URI'}: {exc}") from None
 
-    def _id(self, job_id: str):
+    def _id(self, job_id: str) -> Any:  # a flux.job.JobID (flux-python has no type information)
         return self._job.JobID(job_id)
 
-    def _call(self, what: str, fn, *args, **kwargs):
+    def _call(self, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
@@ -201,17 +203,19 @@ class FluxPython:
         except OSError:
             return None
         value = reply.get("jobspec")
-        return json.loads(value) if isinstance(value, str) else value
+        jobspec: dict[str, Any] | None = json.loads(value) if isinstance(value, str) else value
+        return jobspec
 
     def submit(self, jobspec: str, urgency: int | None) -> str:
         kwargs = {"urgency": urgency} if urgency is not None else {}
-        return self._call("submit", self._job.submit, self.handle, jobspec, **kwargs).f58
+        job_id: str = self._call("submit", self._job.submit, self.handle, jobspec, **kwargs).f58
+        return job_id
 
     def jobs(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """One job-list RPC for all *ids*, in the shape ``flux jobs --json`` prints."""
         infos = self._call("job list", lambda: self._job.JobList(self.handle, ids=[self._id(i) for i in ids],
                                                                  user="all").jobs())
-        found = []
+        found: list[dict[str, Any]] = []
         for info in infos:
             exception = {"occurred": bool(getattr(info, "exception", None) and info.exception.occurred)}
             if exception["occurred"]:

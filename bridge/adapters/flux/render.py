@@ -135,7 +135,8 @@ def _flux_path(where: str, path: str) -> str:
 
 
 def _user(plan: LaunchPlan) -> dict[str, Any]:
-    user = {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name, "cluster": plan.cluster}
+    user: dict[str, str | None] = {"uid": plan.uid, "namespace": plan.namespace, "name": plan.name,
+                                   "cluster": plan.cluster}
     if gang_note(plan):
         user["gang"] = gang_note(plan)  # a jobspec has no comments: said where flux job info shows it
     return {"hpcbridge": user}

@@ -31,7 +31,8 @@ def _positive_int(path: str, value: Any) -> None:
         raise _fail(path, value, "must be an integer of at least 1 (RFC 25 counts are fixed)")
 
 
-def _vertex(path: str, vertex: Any) -> tuple:
+def _vertex(path: str, vertex: Any) -> object:
+    """The vertex's shape: its type, with its children's shapes when it has any (compared with _GRAPHS)."""
     if not isinstance(vertex, dict):
         raise _fail(path, vertex, "a resource vertex is a mapping")
     unknown = set(vertex) - _VERTEX_KEYS
@@ -59,8 +60,8 @@ def _vertex(path: str, vertex: Any) -> tuple:
     return (kind, shapes[0]) if kind == "node" and len(shapes) == 1 else (kind, shapes)
 
 
-def _slot_labels(vertex: dict) -> list[str]:
-    labels = [vertex["label"]] if vertex.get("type") == "slot" else []
+def _slot_labels(vertex: dict[str, Any]) -> list[str]:
+    labels: list[str] = [vertex["label"]] if vertex.get("type") == "slot" else []
     for child in vertex.get("with", []):
         labels += _slot_labels(child)
     return labels
