@@ -86,7 +86,7 @@ def test_a_tenant_script_and_command_carry_no_env_value() -> None:
     text = artifact.text()
     assert SECRET not in text and "second line" not in text
     assert "export TOKEN" not in artifact.main
-    assert artifact.command == ("sbatch", "--parsable", f"--export-file={ENV_FD}")
+    assert artifact.command == ("sbatch", "--parsable", "--export=ALL", f"--export-file={ENV_FD}")
     # the artifact names what fd 3 carries, in the order sent, and no value
     names = [line for line in artifact.files[1].content.splitlines() if not line.startswith("#")]
     assert names == ["PATH", "SLURM_CONF", "SLURM_JOB_NAME", "TOKEN", "NOTE"]

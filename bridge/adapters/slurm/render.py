@@ -145,7 +145,9 @@ def sbatch_command(plan: LaunchPlan, file_argument: bool) -> tuple[str, ...]:
 
 def tenant_flags(plan: LaunchPlan) -> tuple[str, ...]:
     """sbatch's flags for how a tenant job gets its environment (``job_env``); none for the CLI."""
-    return () if plan.tenant is None else (f"--export-file={ENV_FD}",)
+    # --export=ALL too: Slurm 26.05's sbatch exports nothing of the file without it (22.05 and 24.11 read the
+    # file alike either way; none of them adds sbatch's own environment to it)
+    return () if plan.tenant is None else ("--export=ALL", f"--export-file={ENV_FD}")
 
 
 def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
