@@ -56,11 +56,18 @@ def _ensure_users() -> None:
         subprocess.run(["usermod", "--password", "*", user], check=True)
 
 
-def _install_sudoers() -> None:
-    """The shipped rule, with this machine's operator user (root) and the tests' tenant group."""
+def _install_sudoers(install=None) -> None:
+    """The shipped rule, with this machine's operator user (root) and the tests' tenant group; for another Slurm
+    release (HPCBRIDGE_SLURM), its commands where a site would install them: the rule's paths and sudo's
+    secure_path name the release's bin/."""
     text = (ROOT / "contrib" / "sudoers.d" / "hpcbridge").read_text()
     operator_user = pwd.getpwuid(os.geteuid()).pw_name
     text = text.replace("%hpcbridge-tenants", f"%{TENANT_GROUP}").replace("\nhpcbridge ALL", f"\n{operator_user} ALL")
+    if install is not None:
+        for command in ("sbatch", "squeue", "scancel", "scontrol", "sacct", "sinfo"):
+            text = text.replace(f"/usr/bin/{command},", f"{install.bin_dir}/{command},")
+        text += (f'Defaults:{operator_user} secure_path="{install.bin_dir}:/usr/local/sbin:/usr/local/bin:'
+                 '/usr/sbin:/usr/bin:/sbin:/bin"\n')
     candidate = SUDOERS.with_suffix(".new")
     candidate.write_text(text)
     candidate.chmod(0o440)
@@ -95,9 +102,10 @@ def tenant_machine(slurm_cluster):
     workdir = Path(tempfile.mkdtemp(prefix="hpcbridge-tenants-"))
     conf_mode = stat.S_IMODE(slurm_cluster.conf.stat().st_mode)
     try:
-        _install_sudoers()
+        _install_sudoers(slurm_cluster.install)
+        release = [slurm_cluster.install.bin_dir] if slurm_cluster.install else []
         changed += _traversable([Path(os.path.realpath(sys.executable)).parent, Path(sys.prefix),
-                                 Path(bridge.__file__).resolve().parent, slurm_cluster.conf.parent])
+                                 Path(bridge.__file__).resolve().parent, slurm_cluster.conf.parent, *release])
         slurm_cluster.conf.chmod(0o644)
         workdir.chmod(0o1777)  # both users write their job's output here
         for user in USERS.values():  # each can start the Python the jobs run
