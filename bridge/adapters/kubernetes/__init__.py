@@ -10,8 +10,9 @@ import base64
 import re
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -47,6 +48,13 @@ from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import ANCESTOR_LABEL, QUEUE_LABEL, LaunchPlan
 from bridge.tenancy import tenant_of
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, V1Job, V1Pod
+
+    from bridge.api.cluster import BridgeCluster, PodPolicy
+
+_T = TypeVar("_T")
+
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 #: Kueue's label on a Workload naming the job it stands for
@@ -59,7 +67,7 @@ REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 _EXIT_CODE_MESSAGE = re.compile(r"\bfailed with exit code (\d+)\b")
 
 
-def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
+def jobset_state(jobset: dict[str, Any]) -> tuple[JobState, str | None, str | None]:
     """JobSet conditions and replicated-job counts → (state, reason, message)."""
     conditions = {c.get("type"): c for c in (jobset.get("status") or {}).get("conditions") or []
                   if c.get("status") == "True"}
@@ -98,7 +106,7 @@ def jobset_state(jobset: dict) -> tuple[JobState, str | None, str | None]:
 _INITIALIZER_JOBS = ("dataset-initializer", "model-initializer")
 
 
-def _storage_uri(jobset: dict, job_name: str) -> str:
+def _storage_uri(jobset: dict[str, Any], job_name: str) -> str:
     """The URI an initializer job fetches: its container's STORAGE_URI in the JobSet."""
     for job in (jobset.get("spec") or {}).get("replicatedJobs") or []:
         if job.get("name") != job_name:
@@ -111,7 +119,7 @@ def _storage_uri(jobset: dict, job_name: str) -> str:
     return "its STORAGE_URI"
 
 
-def _log_container(pod) -> str:
+def _log_container(pod: V1Pod) -> str:
     """The container whose log is the pod's: the trainer's ``node``, else the pod's first (an initializer's,
     named after its job)."""
     names = [c.name for c in ((pod.spec.containers or []) if pod.spec else [])]
@@ -130,7 +138,7 @@ class KubernetesAdapter(Adapter):
         OptionSpec("exclusive", "pod anti-affinity: no other hpc-bridge pod on the same node"),
     )
 
-    def __init__(self, cluster, api_client=None) -> None:
+    def __init__(self, cluster: BridgeCluster, api_client: ApiClient | None = None) -> None:
         super().__init__(cluster)
         self._api_client = api_client
 
@@ -141,31 +149,31 @@ class KubernetesAdapter(Adapter):
         return Artifact("kubernetes", "jobset", plan,
                         (ArtifactFile(f"{plan.name}.jobset.yaml", manifests, "application/yaml"),))
 
-    def _pod_policy(self):
+    def _pod_policy(self) -> PodPolicy | None:
         conn = self.cluster.spec.kubernetes
         return conn.pod_policy if conn else None
 
     # --- clients -------------------------------------------------------------------------------------
 
     @property
-    def api(self):
+    def api(self) -> ApiClient:
         if self._api_client is None:
             from bridge.adapters.kubernetes.client import api_client
 
             self._api_client = api_client(self.cluster.spec.kubernetes)
         return self._api_client
 
-    def _core(self):
+    def _core(self) -> CoreV1Api:
         from kubernetes import client
 
         return client.CoreV1Api(self.api)
 
-    def _custom(self):
+    def _custom(self) -> CustomObjectsApi:
         from kubernetes import client
 
         return client.CustomObjectsApi(self.api)
 
-    def _call(self, what: str, fn, *args, **kwargs):
+    def _call(self, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         from bridge.adapters.kubernetes.client import CLIENT_ERRORS, translate
 
         try:
@@ -223,9 +231,12 @@ class KubernetesAdapter(Adapter):
                              core.read_namespaced_config_map)
             elif kind == "PodGroup" and obj.get("apiVersion") in _POD_GROUP_APIS:
                 api = _POD_GROUP_APIS[obj["apiVersion"]]
-                self._create(lambda ns, body, a=api: custom.create_namespaced_custom_object(a[0], a[1], ns, a[2], body),
+                # a default binds this object's API to each lambda (ruff B023), which mypy cannot type
+                self._create(lambda ns, body, a=api: custom.create_namespaced_custom_object(  # type: ignore[misc]
+                                 a[0], a[1], ns, a[2], body),
                              namespace, obj, "create podgroup (is the gang scheduler's CRD installed?)",
-                             lambda name, ns, a=api: custom.get_namespaced_custom_object(a[0], a[1], ns, a[2], name))
+                             lambda name, ns, a=api: custom.get_namespaced_custom_object(  # type: ignore[misc]
+                                 a[0], a[1], ns, a[2], name))
                 kind = obj["apiVersion"]  # _own patches it by its API
             elif obj.get("apiVersion") == JOBSET_API and kind == "JobSet":
                 jobset = self._create(lambda ns, body: custom.create_namespaced_custom_object(
@@ -239,7 +250,10 @@ class KubernetesAdapter(Adapter):
             created.append((kind, obj["metadata"]["name"]))
         raise BackendRejected("kubernetes", "the artifact has no JobSet")
 
-    def _create(self, fn, namespace: str, body: dict, what: str, read=None):
+    def _create(self, fn: Callable[[str, dict[str, Any]], Any], namespace: str, body: dict[str, Any], what: str,
+                read: Callable[[str, str], Any] | None = None) -> Any:
+        """What the API answered (a dict for a custom object, a client model otherwise); an object of ours
+        that exists already (an interrupted submit): as a dict, or None."""
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -260,7 +274,7 @@ class KubernetesAdapter(Adapter):
                                                 "another TrainJob")
         return existing if isinstance(existing, dict) else None
 
-    def _own(self, namespace: str, created: list[tuple[str, str]], jobset: dict | None) -> None:
+    def _own(self, namespace: str, created: list[tuple[str, str]], jobset: dict[str, Any] | None) -> None:
         """Make the JobSet own its Secret, ConfigMap and PodGroup, so deleting it deletes them."""
         if not jobset:
             return
@@ -311,7 +325,7 @@ class KubernetesAdapter(Adapter):
                 self._exit_codes(namespace, failed, statuses, jobsets)
         return statuses
 
-    def _exit_codes(self, namespace: str, refs: list[JobRef], statuses: dict, jobsets: dict[str, dict]) -> None:
+    def _exit_codes(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus], jobsets: dict[str, dict[str, Any]]) -> None:
         """A failed JobSet's exit code: its trainer step's pod's command's (the MPI launcher's, which carries the
         failing rank's), else the first non-zero code of any of its pods; with no pod left (the Job controller
         deletes a failed Job's pods), the code its failed Job's condition names. One pod list and at most one Job
@@ -346,7 +360,7 @@ class KubernetesAdapter(Adapter):
                 statuses[ref] = JobStatus(ref, status.state, reason=status.reason, message=status.message,
                                           exit_code=code)
 
-    def _jobset_status(self, ref: JobRef, jobset: dict) -> JobStatus:
+    def _jobset_status(self, ref: JobRef, jobset: dict[str, Any]) -> JobStatus:
         state, reason, message = jobset_state(jobset)
         if not ref.uid:
             uid = ((jobset.get("metadata") or {}).get("labels") or {}).get(UID_LABEL, "")
@@ -363,7 +377,7 @@ class KubernetesAdapter(Adapter):
                 return status
             time.sleep(poll_interval)
 
-    def _queue_reasons(self, namespace: str, refs: list[JobRef], statuses: dict, jobsets: dict[str, dict]) -> None:
+    def _queue_reasons(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus], jobsets: dict[str, dict[str, Any]]) -> None:
         """Why a queued JobSet waits, as Kueue says it on its Workload (``QuotaReserved`` False: "insufficient
         unused quota for cpu…"), with the ClusterQueue its LocalQueue feeds. One Workload list per namespace
         and one read per LocalQueue; where Kueue's objects cannot be read, the LocalQueue alone is said."""
@@ -400,8 +414,8 @@ class KubernetesAdapter(Adapter):
                 message = f"waiting for quota in {where}" + (f": {why}" if why else "")
             statuses[ref] = JobStatus(ref, JobState.PENDING, reason="Queued", message=message)
 
-    def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict,
-                            jobsets: dict[str, dict]) -> None:
+    def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus],
+                            jobsets: dict[str, dict[str, Any]]) -> None:
         """Why a pending JobSet waits: the scheduler's reason on one of its pods; with no pod at all, the last
         warning about the JobSet or its Jobs (JobCreationFailed, a Job's FailedCreate when a quota or an
         admission webhook refuses its pods), read in one event list for the namespace only then."""
@@ -423,8 +437,8 @@ class KubernetesAdapter(Adapter):
         if podless:
             self._creation_warnings(namespace, podless, statuses, jobsets)
 
-    def _creation_warnings(self, namespace: str, refs: list[JobRef], statuses: dict,
-                           jobsets: dict[str, dict]) -> None:
+    def _creation_warnings(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus],
+                           jobsets: dict[str, dict[str, Any]]) -> None:
         events = self._call("list events", self._core().list_namespaced_event, namespace,
                             field_selector="type=Warning").items
         for ref in refs:
@@ -552,7 +566,8 @@ class KubernetesAdapter(Adapter):
         from bridge.adapters.kubernetes.client import CLIENT_ERRORS, translate
 
         try:
-            return self._core().read_namespaced_pod_log(pod, namespace, container=container)
+            log: str = self._core().read_namespaced_pod_log(pod, namespace, container=container)
+            return log
         except ApiException as exc:
             if exc.status == 404 and self._pod_gone(pod, namespace):
                 return None
@@ -567,7 +582,8 @@ class KubernetesAdapter(Adapter):
         try:
             self._core().read_namespaced_pod(pod, namespace)
         except ApiException as exc:
-            return exc.status == 404
+            gone: bool = exc.status == 404
+            return gone
         return False
 
     def _follow(self, ref: JobRef, namespace: str, name: str, interval: float = 1.0) -> Iterator[str]:
@@ -577,7 +593,7 @@ class KubernetesAdapter(Adapter):
         import queue
         import threading
 
-        lines: queue.Queue = queue.Queue()
+        lines: queue.Queue[str | Exception | None] = queue.Queue()
 
         def pump(pod: str, container: str) -> None:
             try:
@@ -657,7 +673,7 @@ class KubernetesAdapter(Adapter):
         return f"Kubernetes {version.git_version}"
 
 
-def _event_time(event) -> float:
+def _event_time(event: Any) -> float:  # a CoreV1Event or an EventsV1Event
     """When an event last happened: events.k8s.io writers set eventTime (and series), core ones lastTimestamp."""
     import datetime
 
@@ -667,7 +683,7 @@ def _event_time(event) -> float:
     return when.timestamp() if isinstance(when, datetime.datetime) else 0.0
 
 
-def _trainer_steps(jobset: dict) -> set[str]:
+def _trainer_steps(jobset: dict[str, Any]) -> set[str]:
     """The replicated jobs Kubeflow marks as the trainer step (the ancestor label is on the Job template, so
     Jobs carry it and their pods do not; pods carry the replicated job's name)."""
     return {rjob.get("name") for rjob in ((jobset.get("spec") or {}).get("replicatedJobs") or [])
@@ -675,7 +691,7 @@ def _trainer_steps(jobset: dict) -> set[str]:
             == "trainer"}
 
 
-def _failed_job_exit_code(jobset: str, jobs: list, trainer_steps: set[str]) -> int | None:
+def _failed_job_exit_code(jobset: str, jobs: list[V1Job], trainer_steps: set[str]) -> int | None:
     """The exit code a failed Job's condition names, the trainer step's first: a podFailurePolicy FailJob rule
     on exit codes words it "... failed with exit code N"."""
     found: list[tuple[bool, int]] = []

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.errors import BackendRejected, BackendUnavailable
 
+if TYPE_CHECKING:
+    from bridge.api.cluster import KubernetesConnection
 
-def api_client(connection) -> Any:
+
+def api_client(connection: KubernetesConnection | None) -> Any:
     """An ApiClient for the cluster's connection: in-cluster, or a kubeconfig (file and context)."""
     from kubernetes import client, config
 
@@ -26,7 +29,7 @@ def api_client(connection) -> Any:
         raise BackendUnavailable("kubernetes", f"kubeconfig: {exc}") from None
 
 
-def _client_errors() -> tuple[type[BaseException], ...]:
+def _client_errors() -> tuple[type[Exception], ...]:
     from kubernetes.client.exceptions import ApiException, ApiValueError
     from urllib3.exceptions import HTTPError
 

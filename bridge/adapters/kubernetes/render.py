@@ -11,7 +11,7 @@ import copy
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.adapters.kubernetes.policy import check_pod_policy
 from bridge.annotations import (
@@ -28,6 +28,11 @@ from bridge.api.cluster import PodPolicy
 from bridge.api.loader import dump_yaml
 from bridge.api.names import check_labels
 from bridge.errors import InvalidSpec
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
+    from bridge.api.storage import StageSource
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.mpi.hostfile import Peer, hostfile_for
 from bridge.mpi.ssh import CLIENT_KEY, DEFAULT_PORT, HOST_KEY
@@ -133,7 +138,8 @@ def trainer_pod_spec(js: dict[str, Any]) -> dict[str, Any]:
 
 def _pod_spec(job: dict[str, Any]) -> dict[str, Any]:
     job_spec = job.setdefault("template", {}).setdefault("spec", {})
-    return job_spec.setdefault("template", {}).setdefault("spec", {})
+    pod: dict[str, Any] = job_spec.setdefault("template", {}).setdefault("spec", {})
+    return pod
 
 
 def _node_container(job: dict[str, Any]) -> dict[str, Any] | None:
@@ -172,7 +178,7 @@ def _initializers(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
                     _mount_source_claim(_pod_spec(job), container, source)
 
 
-def _mount_source_claim(pod: dict[str, Any], container: dict[str, Any], source) -> None:
+def _mount_source_claim(pod: dict[str, Any], container: dict[str, Any], source: StageSource) -> None:
     """``pvc://claim/path``: data already on a claim of the namespace. The initializer pod mounts the claim
     read-only where ``hpcbridge initialize`` copies it from into the ``initializer`` volume (Kubeflow's own
     initializer images read hf:// and s3:// only)."""
@@ -231,7 +237,7 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
             container[key] = list(value)
         else:
             container.pop(key, None)
-    user_env = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
+    user_env: list[dict[str, Any]] = [{"name": e.name, **({"value": e.value} if e.value is not None else {}),
                  **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
     user_env += [{"name": name, "value": value} for name, value in (*job_environment(plan),
                                                                       *script_env(plan).items())]
@@ -372,7 +378,7 @@ def _place(pod: dict[str, Any], placement: dict[str, Any]) -> None:
 
 
 def _pet_env(plan: LaunchPlan, master: bool, master_host: str) -> list[dict[str, Any]]:
-    env = [{"name": "PET_NNODES", "value": str(plan.nodes)},
+    env: list[dict[str, Any]] = [{"name": "PET_NNODES", "value": str(plan.nodes)},
            {"name": "PET_NPROC_PER_NODE", "value": torch_nproc(plan)},
            {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)}]
     if master:
@@ -439,8 +445,9 @@ def _xgboost(plan: LaunchPlan, container: dict[str, Any], master_host: str) -> N
     _coordinator_port(plan, container)
 
 
-def _mpi(plan: LaunchPlan, name: str, jobs, trainer, node_job, container, subdomain, user_env,
-         resources) -> list[Peer]:
+def _mpi(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]], trainer: dict[str, Any],
+         node_job: dict[str, Any], container: dict[str, Any], subdomain: str, user_env: list[dict[str, Any]],
+         resources: dict[str, Any]) -> list[Peer]:
     launcher_job = next((job for job in jobs if job.get("name") == "launcher"), None)
     if launcher_job is not None and node_job is not launcher_job:
         workers = max(plan.nodes - 1, 1) if plan.run_launcher_as_node else plan.nodes
@@ -562,6 +569,7 @@ VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 
 def _join_gang(plan: LaunchPlan, name: str, pod_meta: dict[str, Any], pod: dict[str, Any]) -> None:
     group = plan.pod_group
+    assert group is not None  # called for a plan with a gang policy only
     if group.kind == "coscheduling":
         pod_meta.setdefault("labels", {})[COSCHEDULING_LABEL] = name
     else:
@@ -587,6 +595,7 @@ def pod_group(plan: LaunchPlan, js: dict[str, Any], target: Target | None = None
         for name, amount in _pod_requests(_pod_spec(job)).items():
             totals[name] = totals.get(name, Fraction(0)) + amount * pods
     group = plan.pod_group
+    assert group is not None  # called for a plan with a gang policy only
     api_group, version, _ = POD_GROUP_API[group.kind]
     spec: dict[str, Any] = {"minMember": members,
                             "minResources": {name: format_quantity(amount) for name, amount in sorted(totals.items())}}
@@ -605,7 +614,7 @@ def pod_group(plan: LaunchPlan, js: dict[str, Any], target: Target | None = None
             "metadata": {"name": target.name, "namespace": target.namespace, "labels": _labels(plan)}, "spec": spec}
 
 
-def _pod_requests(pod: dict[str, Any]):
+def _pod_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
     """What one pod asks the scheduler for, as Kubernetes counts it: its containers' requests summed (a limit
     stands in for a request not given), or an init container's when that is larger."""
     from fractions import Fraction
