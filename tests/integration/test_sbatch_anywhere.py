@@ -92,6 +92,12 @@ def oracle(request, text: str, name: str, tmp_path_factory) -> tuple[JobState, i
 @pytest.mark.mpi
 @pytest.mark.parametrize("engine", BACKENDS, indirect=True)
 def test_steps_script_prints_what_it_prints_on_slurm(engine, request, tmp_path, tmp_path_factory) -> None:
+    from tests.harness import slurm_versions
+
+    if slurm_versions.requested() is not None:
+        # the oracle's `srun --mpi=pmix` needs a PMIx the host's Open MPI speaks: Debian 13's Slurm 24.11 serves
+        # PMIx 5 to Open MPI 4.1's PMIx 4 client (the step hangs) and Debian sid's 26.05 ships no pmix plugin
+        pytest.skip("srun --mpi=pmix needs Debian 12's own Slurm on this machine")
     expected = oracle(request, STEPS, "steps", tmp_path_factory)
     assert expected[0] == JobState.SUCCEEDED, "\n".join(expected[2])
     assert "allreduce result: 10 OK" in expected[2] and "hosts: 2" in expected[2], expected
