@@ -10,7 +10,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge.adapters.base import (
     Adapter,
@@ -46,6 +46,7 @@ from bridge.plan import LaunchPlan
 
 if TYPE_CHECKING:  # rendering needs neither: a dry run never starts a process
     from bridge.adapters.transport import CommandResult, Transport
+    from bridge.api.cluster import BridgeCluster
 
 _PARSABLE_ID = re.compile(r"^(\d+)(;\S+)?$")
 # sbatch/squeue messages that mean "try again", as opposed to "your request is wrong"
@@ -54,12 +55,13 @@ _TRANSIENT = ("Unable to contact slurm controller", "Socket timed out", "Connect
               "Resource temporarily unavailable", "Communication connection failure")
 
 
-def make_transport(cluster) -> Transport:
+def make_transport(cluster: BridgeCluster) -> Transport:
     from bridge.adapters.transport import LocalTransport, SSHTransport
 
     conn = cluster.spec.slurm
     env = {"SLURM_CONF": conn.slurm_conf} if conn and conn.slurm_conf else {}
     if conn is not None and conn.transport == "ssh":
+        assert conn.host  # SlurmConnection requires a host for ssh
         return SSHTransport(conn.host, conn.port or 22, conn.user, conn.key_file, conn.known_hosts_file, env=env)
     local = LocalTransport(env)
     if conn is not None and conn.user:
@@ -89,7 +91,7 @@ class SlurmAdapter(Adapter):
         OptionSpec("error", "#SBATCH --error"), OptionSpec("sbatch", "#SBATCH --<option>, verbatim"),
     )
 
-    def __init__(self, cluster, transport: Transport | None = None) -> None:
+    def __init__(self, cluster: BridgeCluster, transport: Transport | None = None) -> None:
         super().__init__(cluster)
         self._transport = transport
         conn = cluster.spec.slurm
@@ -97,6 +99,7 @@ class SlurmAdapter(Adapter):
         if conn is not None and conn.transport == "rest":
             from bridge.adapters.slurm.rest import RestClient
 
+            assert conn.rest_url  # SlurmConnection requires restUrl for rest
             self.rest = RestClient(conn.rest_url, conn.user, conn.token_file, api_version=conn.rest_api_version)
         # slurmrestd takes options as JSON fields and reads no #SBATCH line: scripts go by what they mean
         self.capabilities = Capabilities(batch_scripts=self.rest is None)
@@ -222,7 +225,7 @@ class SlurmAdapter(Adapter):
             env = self._job_env(artifact.plan)
             # a tenant's job environment travels apart from the command (the transport hands it to sbatch on
             # fd 3); the CLI's sbatch exports the user's environment as it always has
-            extra = {"job_env": env} if env is not None else {}
+            extra: dict[str, Any] = {"job_env": env} if env is not None else {}
             result = self._check(self.transport.run(artifact.command, stdin=None if reads_file else artifact.main,
                                                     resend=False, **extra), "sbatch")
         else:

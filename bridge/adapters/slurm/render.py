@@ -12,7 +12,7 @@ import re
 from bridge import __version__
 from bridge.annotations import SLURM_GPUS_ANNOTATION, UID_COMMENT_PREFIX
 from bridge.api.names import has_control
-from bridge.convert.sbatch.values import slurm_time
+from bridge.convert.sbatch.values import GresItem, slurm_time
 from bridge.errors import InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
@@ -169,7 +169,7 @@ def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
     return ("gpus-per-node", str(gpus)) if gpus else None
 
 
-def _gres(value: str | None):
+def _gres(value: str | None) -> list[GresItem]:
     from bridge.convert.sbatch.values import gres_items
 
     return gres_items(value) if value else []

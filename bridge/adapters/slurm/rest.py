@@ -129,15 +129,17 @@ def _request(plan: LaunchPlan, extra_env: dict[str, str] | None, derive_ntasks: 
         raise InvalidSpec("metadata.annotations", ", ".join(unknown),
                           f"{SBATCH_PASSTHROUGH_PREFIX}* options slurmrestd has no field for; use the local or ssh "
                           "transport")
-    if derive_ntasks and options.get("nodes") and options.get("ntasks-per-node") and not options.get("ntasks"):
+    nodes, per_node = options.get("nodes"), options.get("ntasks-per-node")
+    if derive_ntasks and nodes and per_node and not options.get("ntasks"):
         # sbatch up to 22.05 derives the task total from a node count and tasks per node, and sends and exports it
-        low, high = _node_range(options["nodes"])
+        low, high = _node_range(nodes)
         if low == high:
-            options["ntasks"] = str(low * int(options["ntasks-per-node"]))
+            options["ntasks"] = str(low * int(per_node))
     environment = {"PATH": BASE_PATH, **(extra_env or {})}
     for option, names in OPTION_ENVIRONMENT.items():
-        if options.get(option):
-            environment.update(dict.fromkeys(names, options[option]))
+        value = options.get(option)
+        if value:
+            environment.update(dict.fromkeys(names, value))
     environment.update({entry.name: entry.value or "" for entry in plan.env})
     environment.update(stage_input_environment(plan))
     return {"options": options, "environment": environment,
@@ -529,7 +531,8 @@ class RestClient:
         return job_id
 
     def jobs(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/jobs").get("jobs", [])
+        jobs: list[dict[str, Any]] = self.request("GET", "/jobs").get("jobs", [])
+        return jobs
 
     def records(self) -> list[SlurmRecord]:
         return [self.api.record(job) for job in self.jobs()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from bridge.adapters.base import Capacity, NodeNeed
 from bridge.annotations import PARTITION_ANNOTATION
@@ -108,7 +108,7 @@ def count(rows: Sequence[NodeRow], need: NodeNeed, nodes: int, partition: str | 
     return Capacity(len(free), len(fitting), detail, limit)
 
 
-def rest_rows(nodes: Iterable[dict], partitions: Iterable[dict]) -> list[NodeRow]:
+def rest_rows(nodes: Iterable[dict[str, Any]], partitions: Iterable[dict[str, Any]]) -> list[NodeRow]:
     """slurmrestd v0.0.38's nodes and partitions as the rows sinfo gives."""
     info = {}
     default = None
