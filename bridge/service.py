@@ -16,7 +16,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from bridge.annotations import (
     ARRAY_ANNOTATION,
@@ -27,11 +28,15 @@ from bridge.annotations import (
 from bridge.errors import AlreadyRan, BackendRejected, BackendUnavailable, BridgeError, InvalidSpec
 
 if TYPE_CHECKING:
-    from bridge.adapters.base import Adapter, Artifact, JobRef, JobStatus
+    from bridge.adapters.base import Adapter, Artifact, Identity, JobRef, JobStatus
     from bridge.api.cluster import BridgeCluster
     from bridge.api.loader import Resource
+    from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
     from bridge.api.trainjob import TrainJob
+    from bridge.convert.sbatch.parse import SbatchRequest
     from bridge.plan import BatchScript, LaunchPlan
+    from bridge.records import Records
+    from bridge.staging.cache import CacheEntry
     from bridge.tenancy import Request as TenantRequest
 
 T = TypeVar("T")
@@ -155,7 +160,7 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
     return Input(tuple(objects), source, path, tuple(notes))
 
 
-def _load_documents(text: str, source: str) -> tuple[list, list[str]]:
+def _load_documents(text: str, source: str) -> tuple[list[Resource], list[str]]:
     """The documents of a YAML input as typed objects; a Training Operator v1 job (PyTorchJob, TFJob,
     MPIJob) becomes the TrainJob it means, and the TrainingRuntime it needs, with a note for each field that
     does not carry over."""
@@ -163,7 +168,8 @@ def _load_documents(text: str, source: str) -> tuple[list, list[str]]:
     from bridge.convert.kubeflow_v1 import is_v1_job
 
     documents = [doc for doc in safe_load_all(text, source) if doc is not None]
-    objects, notes = [], []
+    objects: list[Resource] = []
+    notes: list[str] = []
     for index, document in enumerate(documents):
         label = source if len(documents) == 1 else f"{source}[doc {index + 1}]"
         if is_v1_job(document):
@@ -205,7 +211,7 @@ def _read_script(text: str, source: str, path: str | None, sbatch_flags: Sequenc
     return Input((trainjob,), source, path, tuple(report), script)
 
 
-def _origins(request, trainjob: TrainJob, report: Sequence[str]) -> tuple[tuple[str, str, str | None], ...]:
+def _origins(request: SbatchRequest, trainjob: TrainJob, report: Sequence[str]) -> tuple[tuple[str, str, str | None], ...]:
     """For each ``hpcbridge.io/*`` annotation a directive became: (annotation, directive, conversion note)."""
     from bridge.annotations import PREFIX, SBATCH_PASSTHROUGH_PREFIX
 
@@ -272,7 +278,7 @@ def _defaults_for_this_machine(cluster: BridgeCluster) -> BridgeCluster:
                                                and not (flux and flux.uri and flux.uri.startswith("ssh://")))
     if not on_this_machine:
         return cluster
-    update: dict = {}
+    update: dict[str, Any] = {}
     if not spec.defaults.launch_command:
         update["defaults"] = spec.defaults.model_copy(
             update={"launch_command": [sys.executable, "-m", "bridge", "launch"]})
@@ -299,7 +305,7 @@ class Prepared:
     artifact: Artifact
     notes: tuple[str, ...] = ()
     #: the runtime and the TrainJob as they ran (uid set): kept at submit, so ``migrate`` can run it elsewhere
-    objects: tuple = ()
+    objects: tuple[Resource, ...] = ()
     #: a job array on a backend without arrays: its elements, each a job of its own (bridge.plan.array_elements);
     #: ``artifact`` then shows them all, and ``submit_array`` sends them
     elements: tuple[Prepared, ...] = ()
@@ -357,7 +363,8 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
     return _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy)
 
 
-def _prepare_for(target: BridgeCluster, trainjob, runtime, source: Input,
+def _prepare_for(target: BridgeCluster, trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime,
+                 source: Input,
                  adapter_for: Callable[[BridgeCluster], Adapter] | None,
                  tenancy: TenantRequest | None = None) -> Prepared:
     script = source.script
@@ -392,7 +399,8 @@ def _told_by_line(prepared: Prepared, script: BatchScript) -> Prepared:
     return replace(prepared, notes=tuple(notes))
 
 
-def _prepare_target(target: BridgeCluster, trainjob, runtime, source: Input,
+def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
+                    runtime: TrainingRuntime | ClusterTrainingRuntime, source: Input,
                     adapter_for: Callable[[BridgeCluster], Adapter] | None,
                     tenancy: TenantRequest | None = None) -> Prepared:
     from bridge.plan import resolve
@@ -433,7 +441,7 @@ def _prepare_target(target: BridgeCluster, trainjob, runtime, source: Input,
     return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran), waits_for=waits_for)
 
 
-def _array_for(adapter: Adapter, plan: LaunchPlan, notes: tuple[str, ...], objects: tuple) -> Prepared:
+def _array_for(adapter: Adapter, plan: LaunchPlan, notes: tuple[str, ...], objects: tuple[Resource, ...]) -> Prepared:
     """A job array where the backend has none: one job per element, all rendered now (so ``render`` and
     ``--dry-run`` show every one), sent by ``submit_array`` with at most ``%`` of them unfinished at once."""
     from bridge.adapters.base import Artifact
@@ -502,7 +510,7 @@ class Submitted:
     status: JobStatus | None = None
 
 
-def _identity(plan: LaunchPlan):
+def _identity(plan: LaunchPlan) -> Identity:
     from bridge.adapters.base import Identity
 
     return Identity(plan.uid, plan.name, plan.namespace)
@@ -571,7 +579,7 @@ def submit_array(prepared: Prepared, *, if_finished: IfFinished = "error", retry
             told = False
             while True:
                 running = [s.ref for s in sent]
-                states = retry.call(lambda refs=running: adapter.poll(refs)) if running else {}
+                states = retry.call(partial(adapter.poll, running)) if running else {}
                 unfinished = sum(1 for status in states.values() if not status.state.finished)
                 if unfinished < prepared.array_limit:
                     break
@@ -653,7 +661,7 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     return retry.call(attempt)
 
 
-def _existing(adapter: Adapter, records, plans: Sequence[LaunchPlan]) -> dict[str, JobStatus]:
+def _existing(adapter: Adapter, records: Records, plans: Sequence[LaunchPlan]) -> dict[str, JobStatus]:
     """Jobs that already carry these uids: the backend's view, then the record for what it forgot."""
     found = adapter.find([_identity(plan) for plan in plans])
     missing = [plan.uid for plan in plans if plan.uid not in found]
@@ -796,7 +804,7 @@ class Moved:
     source: JobStatus
     submitted: Submitted
     prepared: Prepared
-    move: dict
+    move: dict[str, Any]
 
 
 def migrate(adapter: Adapter, job_id: str, target: str, *, signal: str = "TERM", grace_seconds: float = 30.0,
@@ -830,7 +838,7 @@ def migrate(adapter: Adapter, job_id: str, target: str, *, signal: str = "TERM",
     return Moved(status, submitted, prepared, move)
 
 
-def add_resume_env(trainjob: dict, job_id: str) -> None:
+def add_resume_env(trainjob: dict[str, Any], job_id: str) -> None:
     """HPCBRIDGE_RESUME_FROM = the TrainJob's declared checkpoint directory, in its trainer's environment (the
     TrainJob as a wire document, changed in place); InvalidSpec where it declares none."""
     checkpoint = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(CHECKPOINT_ANNOTATION)
@@ -866,7 +874,7 @@ def stop_to_move(adapter: Adapter, ref: JobRef, signal: str, grace_seconds: floa
     return status, stopped_by
 
 
-def move_record(source: JobStatus, stopped_by: str | None, target: str, job_id: str, reason: str) -> dict:
+def move_record(source: JobStatus, stopped_by: str | None, target: str, job_id: str, reason: str) -> dict[str, Any]:
     """One entry of a job's history of moves."""
     from bridge.records import now
 
@@ -876,7 +884,7 @@ def move_record(source: JobStatus, stopped_by: str | None, target: str, job_id: 
             "signal": f"SIG{stopped_by}" if stopped_by else None, "reason": reason or None}
 
 
-def history(uid: str) -> list[dict]:
+def history(uid: str) -> list[dict[str, Any]]:
     from bridge.records import JobStore
 
     return JobStore().history(uid) if uid else []
@@ -923,7 +931,7 @@ def staging_dir(cluster_name: str | None) -> str:
                       "job's initializer volume)")
 
 
-def _entry_row(entry) -> dict:
+def _entry_row(entry: CacheEntry) -> dict[str, Any]:
     import datetime as dt
 
     return {"key": entry.key, "uri": entry.uri, "version": entry.version, "bytes": entry.bytes,
@@ -931,13 +939,13 @@ def _entry_row(entry) -> dict:
             "lastUsed": dt.datetime.fromtimestamp(entry.last_used, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-def cache_entries(directory: str) -> list[dict]:
+def cache_entries(directory: str) -> list[dict[str, Any]]:
     from bridge.staging.cache import StageCache
 
     return [_entry_row(entry) for entry in StageCache(directory).entries()]
 
 
-def cache_prune(directory: str, older_than: float | None, dry_run: bool = False) -> list[dict]:
+def cache_prune(directory: str, older_than: float | None, dry_run: bool = False) -> list[dict[str, Any]]:
     from bridge.staging.cache import StageCache
 
     return [_entry_row(entry) for entry in StageCache(directory).prune(older_than, dry_run=dry_run)]
