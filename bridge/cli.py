@@ -14,13 +14,19 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bridge.adapters import REGISTRY
 from bridge.annotations import CHECKPOINT_ANNOTATION, CLUSTER_ANNOTATION
 from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
 
+if TYPE_CHECKING:
+    from bridge.adapters.base import Artifact, JobStatus
+    from bridge.service import Prepared, Retry, Submitted
 
-def _report(lines) -> None:
+
+def _report(lines: Iterable[str]) -> None:
     for line in lines:
         print(f"hpcbridge: note: {line}", file=sys.stderr)
 
@@ -29,17 +35,17 @@ def _waiting(line: str) -> None:
     print(f"hpcbridge: note: {line}", file=sys.stderr, flush=True)
 
 
-def _retry():
+def _retry() -> Retry:
     """Transient backend errors are retried a few times, each retry said on stderr."""
     from bridge.service import Retry
 
-    def told(exc, attempt, delay) -> None:
+    def told(exc: BridgeError, attempt: int, delay: float) -> None:
         print(f"hpcbridge: note: {exc}; retrying in {delay:g}s (attempt {attempt + 1})", file=sys.stderr)
 
     return Retry(on_retry=told)
 
 
-def _print_artifact(artifact, output: str) -> None:
+def _print_artifact(artifact: Artifact, output: str) -> None:
     if output == "text":
         sys.stdout.write(artifact.text())
         return
@@ -49,7 +55,7 @@ def _print_artifact(artifact, output: str) -> None:
     _print_document(document, output)
 
 
-def _print_document(document, output: str) -> None:
+def _print_document(document: object, output: str) -> None:
     if output == "json":
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     elif output == "yaml":
@@ -140,7 +146,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return service.exit_code(service.Follow(prepared.adapter, submitted.ref, on_change=_show_change).run())
 
 
-def _run_here(prepared) -> int:
+def _run_here(prepared: Prepared) -> int:
     """The local cluster runs the job in the foreground: Ctrl-C (or SIGTERM) cancels it."""
     from bridge import service
 
@@ -163,20 +169,20 @@ def _run_here(prepared) -> int:
     return service.exit_code(status)
 
 
-def _submit_array(prepared, args: argparse.Namespace) -> int:
+def _submit_array(prepared: Prepared, args: argparse.Namespace) -> int:
     """A job array on a backend without arrays: its elements in order (the local cluster runs them here, in the
     foreground), each id printed as it is sent; with --wait (always, locally) the worst element's exit code."""
     from bridge import service
 
     adapter, plan = prepared.adapter, prepared.plan
     local = plan.backend == "local"
-    sent: list = []
+    sent: list[Submitted] = []
 
-    def sent_one(submitted) -> None:
+    def sent_one(submitted: Submitted) -> None:
         sent.append(submitted)
         print(submitted.ref.job_id, flush=True)
 
-    def stop(_signum, _frame) -> None:
+    def stop(_signum: int, _frame: object) -> None:
         for submitted in list(sent):
             adapter.cancel(submitted.ref)
         raise SystemExit(130)
@@ -201,18 +207,18 @@ def _submit_array(prepared, args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
-def _show_change(status) -> None:
+def _show_change(status: JobStatus) -> None:
     detail = f" ({status.reason})" if status.reason else ""
     where = f" on {','.join(status.nodes)}" if status.nodes and not status.state.finished else ""
     print(f"{status.ref.job_id} {status.state.value}{detail}{where}", file=sys.stderr, flush=True)
 
 
-def _status_rows(statuses) -> list[dict]:
+def _status_rows(statuses: Iterable[JobStatus]) -> list[dict[str, Any]]:
     from bridge.service import history
 
     rows = []
     for s in statuses:
-        row = {"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
+        row: dict[str, Any] = {"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
                "exitCode": s.exit_code, "reason": s.reason, "nodes": ",".join(s.nodes)}
         if s.message:
             row["message"] = s.message
@@ -223,7 +229,7 @@ def _status_rows(statuses) -> list[dict]:
     return rows
 
 
-def _move_line(move: dict) -> str:
+def _move_line(move: dict[str, Any]) -> str:
     source, target = move["from"], move["to"]
     how = f" after {move['signal']}" if move.get("signal") else ""
     why = f": {move['reason']}" if move.get("reason") else ""
@@ -231,7 +237,7 @@ def _move_line(move: dict) -> str:
             f"job {target['job']}{why}")
 
 
-def _print_statuses(statuses, output: str) -> None:
+def _print_statuses(statuses: Iterable[JobStatus], output: str) -> None:
     rows = _status_rows(statuses)
     if output != "text":
         _print_document(rows, output)
@@ -366,7 +372,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
         if secret is not None and secret_name_problem(secret):
             raise InvalidSpec(f"--{role}-secret", secret, secret_name_problem(secret) or "")
         if uri:
-            sources.append(StageSource(role, uri, (*env, *given.get(role, ())), secret))  # type: ignore[arg-type]
+            sources.append(StageSource(role, uri, (*env, *given.get(role, ())), secret))
     return run(args.job_id, args.staging_dir, sources, args.secrets_dir, tenant=args.tenant,
                namespace=args.namespace)
 
@@ -418,7 +424,7 @@ def _duration(text: str) -> float:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line and exit 2, like every other input error
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, like every other input error
         raise InvalidSpec("", " ".join(sys.argv[1:])[:60], f"{self.prog}: {message}")
 
 
@@ -469,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
     p.set_defaults(func=cmd_convert, sbatch_flags_allowed=True)
 
-    def job_command(name: str, help_text: str, func, many: bool = True) -> argparse.ArgumentParser:
+    def job_command(name: str, help_text: str, func: Callable[[argparse.Namespace], int], many: bool = True,
+                    ) -> _Parser:
         p = sub.add_parser(name, help=help_text)
         if many:
             p.add_argument("jobs", nargs="+", help="backend job ids")
@@ -599,7 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         if extra and not getattr(args, "sbatch_flags_allowed", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.sbatch_flags = extra
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except BridgeError as exc:
         print(f"hpcbridge: error: {exc}", file=sys.stderr)
         return exc.exit_code
