@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import signal as _signal
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -238,7 +238,7 @@ class Adapter(ABC):
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
         """States of many jobs with one backend query; a job the backend doesn't know is UNKNOWN."""
 
-    def changes(self) -> Iterator[str | None] | None:
+    def changes(self) -> Generator[str | None, None, None] | None:
         """Where the backend pushes events: an endless iterator of the ids of jobs whose state just changed
         (poll them to read it), with None now and then while nothing happens so a consumer can stop; it ends,
         or raises BackendUnavailable, when the connection does. None where jobs are only polled."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 from bridge.adapters.base import (
@@ -174,7 +174,7 @@ class FluxAdapter(Adapter):
         return with_stage_phases(statuses, self.cluster.spec.staging_dir,
                                  lambda argv: self.transport.run(argv, timeout=30).stdout, tenant_of(self.cluster))
 
-    def changes(self) -> Iterator[str | None]:
+    def changes(self) -> Generator[str | None, None, None]:
         """The job manager's event journal (``job-manager.events-journal``): a job's id when it starts, ends or
         gets an exception."""
         return self.client.journal()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 from bridge.adapters.base import SIGNALS
@@ -127,7 +127,7 @@ class FluxCLI:
                 chunks.append(context["data"])
         yield from chunks
 
-    def journal(self) -> Iterator[str | None]:
+    def journal(self) -> Generator[str | None, None, None]:
         """Ids of jobs as JOURNAL_EVENTS happen to them, None each second without one (``Adapter.changes``)."""
         pending = ""
         # silence for 30 s (no heartbeat) means the connection is gone
@@ -252,7 +252,7 @@ class FluxPython:
         except OSError as exc:
             raise python_error(exc, "output") from None
 
-    def journal(self) -> Iterator[str | None]:
+    def journal(self) -> Generator[str | None, None, None]:
         """As ``FluxCLI.journal``, through a handle of its own (a handle serves one thread; this one blocks)."""
         try:
             handle = self._flux.Flux(self.uri) if self.uri else self._flux.Flux()
