@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 SUBMITTED, RUNNING, BACKEND_UNAVAILABLE = "Submitted", "Running", "BackendUnavailable"
 SUSPENDED, COMPLETE, FAILED = "Suspended", "Complete", "Failed"
@@ -36,15 +37,15 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def apply(conditions: Sequence[dict], changes: Sequence[Change], generation: int | None = None,
-          at: str | None = None) -> list[dict]:
+def apply(conditions: Sequence[dict[str, Any]], changes: Sequence[Change], generation: int | None = None,
+          at: str | None = None) -> list[dict[str, Any]]:
     """*conditions* with *changes* applied: lastTransitionTime moves only when the status flips."""
     result = [dict(c) for c in conditions]
     stamp = at or now()
     for change in changes:
         status = "True" if change.status else "False"
         found = next((c for c in result if c.get("type") == change.type), None)
-        entry = {"type": change.type, "status": status, "reason": change.reason or change.type,
+        entry: dict[str, Any] = {"type": change.type, "status": status, "reason": change.reason or change.type,
                  "message": change.message[:_MAX_MESSAGE]}
         if generation is not None:
             entry["observedGeneration"] = generation
@@ -71,11 +72,12 @@ def apply(conditions: Sequence[dict], changes: Sequence[Change], generation: int
     return result
 
 
-def finished(conditions: Sequence[dict]) -> str | None:
+def finished(conditions: Sequence[dict[str, Any]]) -> str | None:
     """Complete or Failed when one of them is True (the TrainJob is done), else None."""
     for condition in conditions:
         if condition.get("type") in FINISHED_TYPES and condition.get("status") == "True":
-            return condition["type"]
+            kind: str = condition["type"]
+            return kind
     return None
 
 

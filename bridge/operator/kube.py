@@ -8,10 +8,16 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from bridge.errors import BackendUnavailable, InvalidSpec
+
+if TYPE_CHECKING:
+    from bridge.api.cluster import BridgeCluster
+    from bridge.api.loader import Resource
+
+_T = TypeVar("_T")
 
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 BRIDGE_GROUP, BRIDGE_VERSION = "hpcbridge.io", "v1alpha1"
@@ -39,10 +45,10 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.cluster_ttl = cluster_ttl
-        self._clusters: tuple[float, dict] | None = None
-        self._runtimes: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        self._clusters: tuple[float, dict[str, BridgeCluster]] | None = None
+        self._runtimes: dict[tuple[str, str, str], tuple[float, Resource | None]] = {}
         #: BridgeClusters with their credentials written, by name: (when, the object as listed, the result)
-        self._credentialed: dict[tuple[str, str | None], tuple[float, Any, Any]] = {}
+        self._credentialed: dict[tuple[str, str | None], tuple[float, BridgeCluster, BridgeCluster]] = {}
         self._namespaces: dict[str, tuple[float, dict[str, str]]] = {}
         self._lock = threading.Lock()
         #: where BridgeClusters' credential Secrets are read (and nowhere else)
@@ -51,7 +57,7 @@ class KubeApi:
         self.secret_dir = secret_dir or tempfile.mkdtemp(prefix="hpcbridge-operator-credentials-")
         os.chmod(self.secret_dir, 0o700)
 
-    def _call(self, what: str, fn, *args, **kwargs):
+    def _call(self, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -66,13 +72,13 @@ class KubeApi:
 
     # --- in
 
-    def clusters(self) -> Mapping:
+    def clusters(self) -> Mapping[str, BridgeCluster]:
         """BridgeClusters by name, each with its Secret-held credentials written to files when it is looked up
         (a Secret that cannot be read fails only TrainJobs for that cluster); one that does not validate is
         left out."""
         return _Clusters(self, self._cluster_objects())
 
-    def _cluster_objects(self) -> dict:
+    def _cluster_objects(self) -> dict[str, BridgeCluster]:
         from bridge.api.loader import parse_object
 
         with self._lock:
@@ -80,10 +86,11 @@ class KubeApi:
                 return self._clusters[1]
         listing = self._call("list bridgeclusters", self.custom.list_cluster_custom_object, BRIDGE_GROUP,
                              BRIDGE_VERSION, "bridgeclusters")
-        found = {}
+        found: dict[str, BridgeCluster] = {}
         for item in listing.get("items", []):
             try:
-                obj = parse_object(without_server_fields(item), f"BridgeCluster {item['metadata']['name']}")
+                # the bridgeclusters listing holds BridgeClusters only
+                obj = cast("BridgeCluster", parse_object(without_server_fields(item), f"BridgeCluster {item['metadata']['name']}"))
             except InvalidSpec:
                 continue
             found[obj.name] = obj
@@ -91,7 +98,7 @@ class KubeApi:
             self._clusters = (time.monotonic(), found)
         return found
 
-    def runtime(self, namespace: str, kind: str, name: str):
+    def runtime(self, namespace: str, kind: str, name: str) -> Resource | None:
         """The runtime a TrainJob names, from the API; None when there is none (a built-in may stand in). Read
         at most every *cluster_ttl* seconds: a burst of TrainJobs on one runtime reads and parses it once."""
         key = (namespace if kind == "TrainingRuntime" else "", kind, name)
@@ -104,7 +111,7 @@ class KubeApi:
             self._runtimes[key] = (time.monotonic(), found)
         return found
 
-    def _read_runtime(self, namespace: str, kind: str, name: str):
+    def _read_runtime(self, namespace: str, kind: str, name: str) -> Resource | None:
         from kubernetes.client.exceptions import ApiException
 
         from bridge.api.loader import parse_object
@@ -122,7 +129,7 @@ class KubeApi:
             raise
         return parse_object(without_server_fields(item), f"{kind} {name}")
 
-    def credentialed(self, cluster):
+    def credentialed(self, cluster: BridgeCluster) -> BridgeCluster:
         """``with_credentials``, its Secrets read at most every *cluster_ttl* seconds per cluster and tenant."""
         from bridge.tenancy import tenant_of
 
@@ -155,7 +162,7 @@ class KubeApi:
             self._namespaces[namespace] = (time.monotonic(), labels)
         return labels
 
-    def with_credentials(self, cluster):
+    def with_credentials(self, cluster: BridgeCluster) -> BridgeCluster:
         """*cluster* with every ``...SecretRef`` of its connection replaced by the file it names, written from
         the Secret (mode 0600, replaced atomically). The Secret's content is never logged or put in a message."""
         import base64
@@ -201,11 +208,11 @@ class KubeApi:
 
     # --- out
 
-    def write_conditions(self, namespace: str, name: str, uid: str, conditions: list[dict]) -> None:
+    def write_conditions(self, namespace: str, name: str, uid: str, conditions: list[dict[str, Any]]) -> None:
         self._patch("write trainjob status", self.custom.patch_namespaced_custom_object_status, namespace, name,
                     {"metadata": {"uid": uid}, "status": {"conditions": conditions}})
 
-    def _patch(self, what: str, fn, namespace: str, name: str, body: dict) -> None:
+    def _patch(self, what: str, fn: Callable[..., Any], namespace: str, name: str, body: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -234,20 +241,20 @@ class KubeApi:
             pass
 
 
-def without_server_fields(item: dict) -> dict:
+def without_server_fields(item: dict[str, Any]) -> dict[str, Any]:
     """An API object as our models read it: without status, and metadata without the server's bookkeeping."""
     metadata = {key: value for key, value in (item.get("metadata") or {}).items()
                 if key in ("name", "namespace", "uid", "labels", "annotations", "generation")}
     return {key: value for key, value in item.items() if key not in ("status", "metadata")} | {"metadata": metadata}
 
 
-class _Clusters(Mapping):
+class _Clusters(Mapping[str, "BridgeCluster"]):
     """BridgeClusters by name; looking one up writes its credentials (``KubeApi.with_credentials``)."""
 
-    def __init__(self, api: KubeApi, objects: dict) -> None:
+    def __init__(self, api: KubeApi, objects: dict[str, BridgeCluster]) -> None:
         self.api, self.objects = api, objects
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> BridgeCluster:
         return self.api.credentialed(self.objects[name])
 
     def __iter__(self) -> Iterator[str]:

@@ -11,6 +11,7 @@ copy with those two keys moved from the nodeSelector to the annotations that cho
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from bridge.annotations import CLUSTER_ANNOTATION, PARTITION_ANNOTATION
 
@@ -20,7 +21,7 @@ KUEUE_MANAGER = "kueue.x-k8s.io/manager"
 PLACEMENT_LABELS = {CLUSTER_ANNOTATION: CLUSTER_ANNOTATION, PARTITION_ANNOTATION: PARTITION_ANNOTATION}
 
 
-def admitted_placement(doc: dict) -> dict[str, str]:
+def admitted_placement(doc: dict[str, Any]) -> dict[str, str]:
     """The placement Kueue's admission wrote (annotation → value), from its patch's nodeSelectors."""
     found: dict[str, str] = {}
     for patch in (doc.get("spec") or {}).get("runtimePatches") or []:
@@ -40,7 +41,7 @@ def admitted_placement(doc: dict) -> dict[str, str]:
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def as_admitted(doc: dict) -> dict:
+def as_admitted(doc: dict[str, Any]) -> dict[str, Any]:
     """A copy of the TrainJob *doc* to plan from. Kueue's placement labels move from its patch's nodeSelectors
     to the annotations that choose the cluster and partition (they name no real node label). Its queue label
     goes, from the TrainJob and from what Kueue's patch puts on the JobSet (v0.17.0 does): Kueue admitted the
@@ -72,6 +73,6 @@ def as_admitted(doc: dict) -> dict:
     return doc
 
 
-def _drop_label(metadata: dict | None) -> None:
+def _drop_label(metadata: dict[str, Any] | None) -> None:
     if metadata and metadata.get("labels"):
         metadata["labels"].pop(QUEUE_LABEL, None)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
 from bridge.annotations import CLUSTER_ANNOTATION, FINALIZER, MIGRATE_ANNOTATION, OPERATOR_PREFIX
+from bridge.api.trainjob import MANAGED_BY_BRIDGE
 from bridge.errors import InvalidSpec
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.metrics import Metrics, read_token
@@ -24,34 +26,40 @@ from bridge.operator.reconciler import (
     Temporary,
     Timing,
 )
-from bridge.plan import MANAGED_BY_BRIDGE
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
 
 _reconciler: Reconciler | None = None
 
 
-def _names_a_cluster(meta) -> str | None:
+def _names_a_cluster(meta: kopf.Meta) -> str | None:
     return ((meta.get("annotations") or {}).get(CLUSTER_ANNOTATION) or
             (meta.get("labels") or {}).get(CLUSTER_ANNOTATION))
 
 
 @kopf.index(TRAINER_GROUP, TRAINER_VERSION, "clustertrainingruntimes")
-def cluster_runtimes(name, meta, **_):
+def cluster_runtimes(name: str, meta: kopf.Meta, **_: Any) -> dict[str, str] | None:
     """ClusterTrainingRuntimes that name a BridgeCluster: name -> cluster."""
     cluster = _names_a_cluster(meta)
     return {name: cluster} if cluster else None
 
 
 @kopf.index(TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes")
-def namespaced_runtimes(name, namespace, meta, **_):
+def namespaced_runtimes(name: str, namespace: str | None, meta: kopf.Meta,
+                        **_: Any) -> dict[tuple[str | None, str], str] | None:
     """TrainingRuntimes that name a BridgeCluster: (namespace, name) -> cluster."""
     cluster = _names_a_cluster(meta)
     return {(namespace, name): cluster} if cluster else None
 
 
-def _ours(spec, meta, namespace, cluster_runtimes: kopf.Index, namespaced_runtimes: kopf.Index, **_) -> bool:
+def _ours(spec: kopf.Spec, meta: kopf.Meta, namespace: str | None, **indexes: Any) -> bool:
     """hpc-bridge's TrainJobs: ``spec.managedBy: hpcbridge.io/bridge``; or, with no managedBy at all (the Kubeflow
     SDK cannot set it; upstream Trainer's CRD would have defaulted it to Trainer's own), one that names a
     BridgeCluster itself or through its runtime."""
+    # kopf passes the indexes above by name among its keyword arguments
+    cluster_runtimes: kopf.Index[Any, str] = indexes["cluster_runtimes"]
+    namespaced_runtimes: kopf.Index[Any, str] = indexes["namespaced_runtimes"]
     managed_by = spec.get("managedBy")
     if managed_by == MANAGED_BY_BRIDGE:
         return True
@@ -66,7 +74,7 @@ def _ours(spec, meta, namespace, cluster_runtimes: kopf.Index, namespaced_runtim
 
 
 @kopf.on.startup()
-def _configure(settings: kopf.OperatorSettings, **_) -> None:
+def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     prefix = OPERATOR_PREFIX.rstrip("/")
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
@@ -78,7 +86,8 @@ def _configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.batching.batch_window = 0.01  # kopf waits this long for more events of an object (default 0.1 s)
 
 
-def _call(fn, body, patch=None) -> None:
+def _call(fn: Callable[[dict[str, Any]], Mapping[str, str | None] | None], body: dict[str, Any],
+          patch: kopf.Patch | None = None) -> None:
     try:
         annotations = fn(body)
     except Temporary as exc:
@@ -91,13 +100,13 @@ def _call(fn, body, patch=None) -> None:
 
 @kopf.on.resume(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="resume", when=_ours)
 @kopf.on.create(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="create", when=_ours)
-def _run(body, patch, **_) -> None:
+def _run(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     assert _reconciler is not None
     _call(_reconciler.run, dict(body), patch)
 
 
 @kopf.on.field(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="suspend", field="spec.suspend", when=_ours)
-def _suspend(body, old, new, reason, patch, **_) -> None:
+def _suspend(body: kopf.Body, old: object, new: object, reason: str, patch: kopf.Patch, **_: Any) -> None:
     assert _reconciler is not None
     if reason != "update" or bool(old) == bool(new):
         return  # created (suspended or not) is the create handler's
@@ -106,7 +115,7 @@ def _suspend(body, old, new, reason, patch, **_) -> None:
 
 @kopf.on.field(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="migrate",
                field=("metadata", "annotations", MIGRATE_ANNOTATION), when=_ours)
-def _migrate(body, new, reason, patch, **_) -> None:
+def _migrate(body: kopf.Body, new: object, reason: str, patch: kopf.Patch, **_: Any) -> None:
     assert _reconciler is not None
     if reason != "update" or not new:
         return  # created with it: the create handler runs the TrainJob where it names
@@ -114,13 +123,13 @@ def _migrate(body, new, reason, patch, **_) -> None:
 
 
 @kopf.on.delete(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", id="delete", when=_ours)
-def _delete(body, **_) -> None:
+def _delete(body: kopf.Body, **_: Any) -> None:
     assert _reconciler is not None
     _call(_reconciler.delete, dict(body))
 
 
 @kopf.on.cleanup()
-def _cleanup(**_) -> None:
+def _cleanup(**_: Any) -> None:
     if _reconciler is not None:
         _reconciler.shutdown()
 
@@ -161,7 +170,7 @@ def liveness_endpoint(value: str) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/healthz"
 
 
-def serve_metrics(metrics: Metrics, address: str, token_file: str | None = None):
+def serve_metrics(metrics: Metrics, address: str, token_file: str | None = None) -> ThreadingHTTPServer:
     """Metrics on *address*: on loopback as asked; beyond loopback only with a bearer token file, else
     InvalidSpec (the TrainJobs, clusters and states it lists are no one else's business). Returns the server."""
     host, port = listen_address(address, "--metrics")

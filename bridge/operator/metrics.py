@@ -15,6 +15,10 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
 
 log = logging.getLogger("hpcbridge.operator")
 
@@ -131,7 +135,7 @@ class Metrics:
             lines.append(f"hpcbridge_trainjobs{_labels({'cluster': cluster, 'state': state})} {value}")
         return "\n".join(lines) + "\n"
 
-    def serve(self, host: str, port: int, token_file: str | None = None):
+    def serve(self, host: str, port: int, token_file: str | None = None) -> ThreadingHTTPServer:
         """Serve ``/metrics`` on *host*:*port* from a daemon thread; with *token_file*, only to requests that
         carry ``Authorization: Bearer <the file's content>`` (read on every scrape, so a rotated Secret takes
         effect without a restart). Returns the server (``server_address``, ``shutdown()``)."""
@@ -157,7 +161,7 @@ class Metrics:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args) -> None:  # scrapes are not news
+            def log_message(self, *args: object) -> None:  # scrapes are not news
                 pass
 
         server = ThreadingHTTPServer((host, port), Handler)

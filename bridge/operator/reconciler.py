@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bridge import service
 from bridge.annotations import (
@@ -29,7 +29,13 @@ from bridge.annotations import (
 from bridge.errors import BackendRejected, BridgeError, InvalidSpec
 from bridge.operator import conditions as cond
 from bridge.operator.metrics import Metrics
-from bridge.plan import MANAGED_BY_BRIDGE
+
+if TYPE_CHECKING:
+    from bridge.adapters.base import Adapter, JobStatus
+    from bridge.api.cluster import BridgeCluster
+    from bridge.api.trainjob import TrainJob
+    from bridge.tenancy import Request
+from bridge.api.trainjob import MANAGED_BY_BRIDGE
 
 log = logging.getLogger("hpcbridge.operator")
 #: notes shown as Events per TrainJob, at most (a script with many dropped lines must not flood the namespace)
@@ -54,12 +60,12 @@ class Tracked:
     name: str
     uid: str
     ref: Any  # JobRef
-    conditions: list[dict]
+    conditions: list[dict[str, Any]]
     generation: int | None = None
     #: (state, reason, message, exit code) last written
-    last: tuple | None = None
+    last: tuple[str, str | None, str | None, int | None] | None = None
     #: changes to write with the next poll's (Submitted: one status write where there would be two)
-    pending: list = field(default_factory=list, repr=False, compare=False)
+    pending: list[cond.Change] = field(default_factory=list, repr=False, compare=False)
     done: bool = False
     #: held while its conditions are computed and written: one write at a time per TrainJob
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -82,7 +88,8 @@ class ClusterSync:
     """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle. Nothing runs until
     ``start``: a sync can be built and driven one cycle at a time (the unit tests do)."""
 
-    def __init__(self, cluster_name: str, adapter, api, timing: Timing, metrics: Metrics | None = None) -> None:
+    def __init__(self, cluster_name: str, adapter: Adapter, api: Any, timing: Timing,
+                 metrics: Metrics | None = None) -> None:
         self.cluster_name, self.adapter, self.api, self.timing = cluster_name, adapter, api, timing
         self.metrics = metrics or Metrics()
         self.tracked: dict[str, Tracked] = {}
@@ -183,6 +190,7 @@ class ClusterSync:
         on regardless; the journal only makes it prompt."""
         while not self.stopping.is_set():
             adapter = self.adapter
+            error: BridgeError | None
             try:
                 changes = adapter.changes()
             except BridgeError as exc:
@@ -239,7 +247,7 @@ class ClusterSync:
                 with self.lock:
                     self.lagging.pop(item.ref.job_id, None)
 
-        def write(entry) -> None:
+        def write(entry: tuple[Tracked, JobStatus, tuple[str, str | None, str | None, int | None]]) -> None:
             item, status, key = entry
             job = f"{self.adapter.backend} job {item.ref.job_id} on cluster {self.cluster_name}"
             pending, item.pending = item.pending, []
@@ -286,12 +294,12 @@ class Submitter:
 
     def __init__(self, retry: service.Retry) -> None:
         self.retry = retry
-        self._queue: list[tuple[Any, str, Future]] = []
+        self._queue: list[tuple[Any, service.IfFinished, Future[service.Submitted]]] = []
         self._lock = threading.Lock()
         self._sending = False
 
-    def submit(self, prepared, if_finished: str) -> service.Submitted:
-        future: Future = Future()
+    def submit(self, prepared: service.Prepared, if_finished: service.IfFinished) -> service.Submitted:
+        future: Future[service.Submitted] = Future()
         with self._lock:
             self._queue.append((prepared, if_finished, future))
             lead, self._sending = not self._sending, True
@@ -305,16 +313,16 @@ class Submitter:
                 self._send(group)
         return future.result()
 
-    def _send(self, group: list[tuple[Any, str, Future]]) -> None:
-        batches: dict[tuple[int, str], list[tuple[Any, str, Future]]] = {}
+    def _send(self, group: list[tuple[Any, service.IfFinished, Future[service.Submitted]]]) -> None:
+        batches: dict[tuple[int, str], list[tuple[Any, service.IfFinished, Future[service.Submitted]]]] = {}
         for entry in group:
             batches.setdefault((id(entry[0].adapter), entry[1]), []).append(entry)
         for batch in batches.values():
             self._send_batch(batch)
 
-    def _send_batch(self, batch: list[tuple[Any, str, Future]]) -> None:
+    def _send_batch(self, batch: list[tuple[Any, service.IfFinished, Future[service.Submitted]]]) -> None:
         # one plan per uid (kopf runs one handler per TrainJob at a time; a duplicate shares the answer)
-        by_uid: dict[str, list[Future]] = {}
+        by_uid: dict[str, list[Future[service.Submitted]]] = {}
         plans = []
         for prepared, _, future in batch:
             if prepared.plan.uid not in by_uid:
@@ -347,13 +355,13 @@ class Reconciler:
     default_cluster: str | None = None
     timing: Timing = field(default_factory=Timing)
     retry: service.Retry = field(default_factory=lambda: service.Retry(attempts=3))
-    adapter_for: Callable = service.get_adapter
+    adapter_for: Callable[[BridgeCluster], Adapter] = service.get_adapter
     syncs: dict[str, ClusterSync] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: per cluster: the BridgeCluster an adapter was made for and the adapter (shared by submissions, the sync
     #: loop, suspend and delete: one connection per cluster)
-    _adapters: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    _adapters: dict[tuple[str, str | None], tuple[BridgeCluster, Adapter]] = field(default_factory=dict)
     _submitters: dict[str, Submitter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -365,13 +373,13 @@ class Reconciler:
 
     # --- entry points (kopf handlers call these)
 
-    def run(self, body: dict) -> dict[str, str]:
+    def run(self, body: dict[str, Any]) -> dict[str, str]:
         """A TrainJob created, resumed, or found at start-up: submit it (idempotently by uid) and follow it;
         a suspended one (Kueue creates them suspended until admitted) is only marked Suspended. Returns the
         annotations that record its backend job, where they are not there yet: the caller writes them (kopf,
         with its own patch of the TrainJob: one write instead of two)."""
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
-        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        namespace, name, uid = _identity(meta)
         current = list((body.get("status") or {}).get("conditions") or [])
         if spec.get("managedBy") not in (None, "", MANAGED_BY_BRIDGE):
             return {}  # another controller's (the kopf filter already says which are ours)
@@ -388,11 +396,13 @@ class Reconciler:
         # resumed after a suspend: the job the suspend stopped is finished, and runs again (a job sent after the
         # resume is found still running, or has finished and then the TrainJob is finished too)
         suspended = next((c for c in current if c.get("type") == cond.SUSPENDED), None)
-        if_finished = "rerun" if suspended is not None else "attach"
+        if_finished: service.IfFinished = "rerun" if suspended is not None else "attach"
         try:
             from bridge.operator.kueue import as_admitted
 
-            trainjob = parse_object(as_admitted(without_server_fields(body)), f"TrainJob {namespace}/{name}")
+            # the body kopf hands over is a TrainJob's
+            trainjob = cast("TrainJob", parse_object(as_admitted(without_server_fields(body)),
+                                                     f"TrainJob {namespace}/{name}"))
             ref_spec = trainjob.spec.runtime_ref
             runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
             source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
@@ -444,13 +454,13 @@ class Reconciler:
                 sync.writers.submit(self.api.event, namespace, name, uid, "Note", note)
         return {key: value for key, value in recorded.items() if annotations.get(key) != value}
 
-    def suspend(self, body: dict, grace_seconds: float = 30.0) -> None:
+    def suspend(self, body: dict[str, Any], grace_seconds: float = 30.0) -> None:
         """``spec.suspend`` set: the backend job is stopped (SIGTERM, then killed after the grace) and the
         TrainJob shows Suspended; unsetting it runs the TrainJob again (``run``). The job stopped is the one the
         backend holds for this TrainJob's uid under its tenant's identity; a job whose state is Unknown is left
         alone."""
         meta = body.get("metadata") or {}
-        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        namespace, name, uid = _identity(meta)
         current = list((body.get("status") or {}).get("conditions") or [])
         if cond.finished(current):
             return
@@ -480,7 +490,7 @@ class Reconciler:
         with item.lock:  # after a write of the sync loop still in flight, on top of what it wrote
             self._standalone_change(item, changes)
 
-    def migrate(self, body: dict) -> dict[str, str | None]:
+    def migrate(self, body: dict[str, Any]) -> dict[str, str | None]:
         """``hpcbridge.io/migrate-to`` set on a running TrainJob: as ``hpcbridge migrate`` does — the target
         must take it (else a Warning event, and it runs on where it is), the backend job is stopped with
         ``hpcbridge.io/migrate-signal`` (default TERM@30) and has ended, the TrainJob runs on the target with
@@ -493,7 +503,7 @@ class Reconciler:
         from bridge.operator.kube import without_server_fields
 
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
-        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        namespace, name, uid = _identity(meta)
         annotations = meta.get("annotations") or {}
         target = annotations.get(MIGRATE_ANNOTATION)
         tracked = self._tracked(uid)
@@ -509,7 +519,7 @@ class Reconciler:
             doc = copy.deepcopy(without_server_fields(body))
             doc["metadata"].setdefault("annotations", {})[CLUSTER_ANNOTATION] = target
             service.add_resume_env(doc, f"the job of TrainJob {name} on {cluster}")
-            trainjob = parse_object(doc, f"TrainJob {namespace}/{name}")
+            trainjob = cast("TrainJob", parse_object(doc, f"TrainJob {namespace}/{name}"))  # kopf's TrainJob
             ref_spec = trainjob.spec.runtime_ref
             runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
             source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
@@ -558,11 +568,11 @@ class Reconciler:
         return {**done, JOB_ID_ANNOTATION: submitted.ref.job_id, JOB_CLUSTER_ANNOTATION: target,
                 CLUSTER_ANNOTATION: target, HISTORY_ANNOTATION: json.dumps(history, sort_keys=True)}
 
-    def delete(self, body: dict) -> None:
+    def delete(self, body: dict[str, Any]) -> None:
         """A TrainJob being deleted: the job the backend holds for its uid, under its tenant's identity, is
         cancelled and what was created for it removed."""
         meta = body.get("metadata") or {}
-        namespace, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+        namespace, name, uid = _identity(meta)
         item = None
         for sync in list(self.syncs.values()):
             item = sync.forget(uid) or item
@@ -592,12 +602,12 @@ class Reconciler:
 
     # --- helpers
 
-    def _tenancy(self, namespace: str):
+    def _tenancy(self, namespace: str) -> Request:
         from bridge.tenancy import Request
 
         return Request(namespace, self.api.namespace_labels(namespace))
 
-    def _owned_job(self, cluster: str, namespace: str, uid: str, name: str):
+    def _owned_job(self, cluster: str, namespace: str, uid: str, name: str) -> tuple[Adapter, JobStatus | None]:
         """The adapter that acts for *namespace*'s tenant on *cluster*, and the job the backend holds for the
         TrainJob *uid* as that tenant (None: none); InvalidSpec when the cluster maps no tenant to *namespace*."""
         adapter = service.tenant_adapter(self.api.clusters()[cluster], self._tenancy(namespace), self._adapter)
@@ -611,18 +621,19 @@ class Reconciler:
                 return found
         return None
 
-    def _job_cluster(self, meta: dict, item: Tracked | None) -> str | None:
+    def _job_cluster(self, meta: dict[str, Any], item: Tracked | None) -> str | None:
         """The cluster to look for the TrainJob's job on: where this operator follows it, else where its
         annotation says. The annotation is only where to look: the job itself is found there by the TrainJob's
         uid, as its tenant, so a cluster named wrongly finds nothing."""
         if item is not None and item.ref is not None:
-            return item.ref.cluster
-        cluster = (meta.get("annotations") or {}).get(JOB_CLUSTER_ANNOTATION)
+            followed: str = item.ref.cluster
+            return followed
+        cluster: str | None = (meta.get("annotations") or {}).get(JOB_CLUSTER_ANNOTATION)
         if not cluster or cluster not in self.api.clusters():
             return None
         return cluster
 
-    def _adapter(self, cluster) -> Any:
+    def _adapter(self, cluster: BridgeCluster) -> Adapter:
         """The adapter for BridgeCluster *cluster* (as configured, or a tenant's overlay of it, whose own
         credential Secrets are read here): the one kept for it, unless its spec changed since."""
         from bridge.tenancy import tenant_of
@@ -649,7 +660,7 @@ class Reconciler:
                 found = self._submitters[cluster] = Submitter(self.retry)
             return found
 
-    def _sync(self, cluster: str, adapter) -> ClusterSync:
+    def _sync(self, cluster: str, adapter: Adapter | None) -> ClusterSync:
         with self._lock:
             sync = self.syncs.get(cluster)
         if sync is not None:
@@ -680,6 +691,12 @@ class Reconciler:
             item.conditions = updated
 
 
-def _target(body: dict) -> str:
+def _target(body: dict[str, Any]) -> str:
     """The cluster a TrainJob names (for metrics when it could not be resolved), else "none"."""
     return ((body.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ANNOTATION) or "none"
+
+
+def _identity(meta: dict[str, Any]) -> tuple[str, str, str]:
+    """A TrainJob's namespace, name and uid from its metadata (the API server sets the name and uid of every
+    object it holds)."""
+    return meta.get("namespace") or "default", cast(str, meta.get("name")), cast(str, meta.get("uid"))
