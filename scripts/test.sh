@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything (scripts/setup.sh --all), lint, and run the whole test suite: unit tests and the
+# Set up everything (scripts/setup.sh --all), lint, type-check, and run the whole test suite: unit tests and the
 # integration tests that drive real processes and daemons. Extra arguments go to pytest.
 #
 # Then the Slurm version matrix: the tests that use Slurm again on each release of HPCBRIDGE_SLURM_MATRIX
@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --all
 .venv/bin/ruff check bridge tests bench scripts
+.venv/bin/mypy  # strict on bridge/ ([tool.mypy] in pyproject.toml)
 
 matrix="24.11 26.05"
 [ "$#" -gt 0 ] && matrix=""
