@@ -332,3 +332,15 @@ def test_a_held_jobs_warning_is_what_was_asked(server, tmp_path) -> None:
     with pytest.raises(BackendRejected, match="ignored part of the job"):
         _client(server, tmp_path).submit({"script": "#!/bin/sh\n", "job": {"name": "j"}})
 
+
+
+def test_a_job_left_to_slurms_default_output_file_is_found_in_its_working_directory() -> None:
+    """v0.0.38 leaves standard_output empty for a job submitted without one: the file is slurm-<id>.out (an
+    array task's slurm-<array>_<task>.out) in the job's working directory, as slurmd writes it."""
+    api = Legacy("v0.0.38")
+    plain = {"job_id": 444, "standard_output": "", "current_working_directory": "/w", "array_job_id": 0,
+             "array_task_id": None}
+    assert api.output_path(plain, "444") == "/w/slurm-444.out"
+    task = {**plain, "job_id": 446, "array_job_id": 445, "array_task_id": 1}
+    assert api.output_path(task, "446") == "/w/slurm-445_1.out"
+    assert api.output_path({**plain, "current_working_directory": ""}, "444") is None

@@ -215,6 +215,13 @@ class Api:
 
     def output_path(self, job: dict[str, Any], job_id: str) -> str | None:
         path = str(job.get("stdout_expanded") or job.get("standard_output") or "")
+        if not path:
+            # no --output (a batch script left to Slurm's default): v0.0.38 leaves the field empty, and the
+            # file is slurmd's default in the job's working directory
+            workdir = str(job.get("current_working_directory") or "")
+            array_job, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
+            name = f"slurm-{array_job}_{task}.out" if array_job and task is not None else f"slurm-{job_id}.out"
+            return f"{workdir.rstrip('/')}/{name}" if workdir.startswith("/") else None
         return path.replace("%j", job_id).replace("%x", str(job.get("name"))) if path else None
 
 
