@@ -73,11 +73,14 @@ def ensure_munge() -> None:
 
 
 def _untraversable(path: Path) -> Path | None:
-    """The outermost folder above *path* that other users may not enter (root's home: /root), or None."""
+    """The outermost folder above *path* that other users may not enter (root's home: /root), or None. A
+    home folder counts even while it is open: a test may open it for a while (the tenant tests make /root o+x)
+    and close it again under a running slurmrestd, which then can no longer load its plugins."""
     for folder in reversed(path.parents):
         if not os.stat(folder).st_mode & stat.S_IXOTH:
             return folder
-    return None
+    home = Path(os.path.expanduser("~"))
+    return home if home != Path("/") and home in path.parents else None
 
 
 # Another release's slurmrestd, as nobody, must read its files under root's cache (/root is root's alone): in a
