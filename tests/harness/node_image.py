@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +67,7 @@ class Image:
     key: str
 
 
-def _sha(*parts: bytes) -> str:
+def content_key(*parts: bytes) -> str:
     digest = hashlib.sha256()
     for part in parts:
         digest.update(len(part).to_bytes(8, "big"))
@@ -91,19 +92,20 @@ def _python_requirements() -> list[str]:
 
 
 def base_key() -> str:
-    return _sha(RECIPE_VERSION.encode(), SUITE.encode(), " ".join(PACKAGES).encode(),
-                " ".join(_python_requirements()).encode(), f"{MPI_USER}:{MPI_UID}".encode())[:16]
+    return content_key(RECIPE_VERSION.encode(), SUITE.encode(), " ".join(PACKAGES).encode(),
+                       " ".join(_python_requirements()).encode(), f"{MPI_USER}:{MPI_UID}".encode())[:16]
 
 
 def app_key() -> str:
-    return _sha(base_key().encode(), _tree_hash(REPO / "bridge", REPO / "examples", REPO / "pyproject.toml"))[:16]
+    return content_key(base_key().encode(), _tree_hash(REPO / "bridge", REPO / "examples", REPO / "pyproject.toml"))[:16]
 
 
 @contextlib.contextmanager
-def _lock(name: str):
-    root = cache_root() / "images"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as handle:
+def cache_lock(path: Path) -> Iterator[None]:
+    """Hold *path* (a lock file under the cache) exclusively: one build of a cached thing at a time, across
+    processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -111,7 +113,11 @@ def _lock(name: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _run(argv: list[str], log: Path, **kwargs) -> None:
+def _lock(name: str) -> contextlib.AbstractContextManager[None]:
+    return cache_lock(cache_root() / "images" / f"{name}.lock")
+
+
+def run_logged(argv: list[str], log: Path, **kwargs) -> None:
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
@@ -123,14 +129,14 @@ def _run(argv: list[str], log: Path, **kwargs) -> None:
 
 
 def _chroot(root: Path, script: str, log: Path) -> None:
-    _run(["chroot", str(root), "/bin/sh", "-ec", script], log,
+    run_logged(["chroot", str(root), "/bin/sh", "-ec", script], log,
          env={"PATH": PATH_ENV.split("=", 1)[1], "HOME": "/root", "LANG": "C.UTF-8",
               "DEBIAN_FRONTEND": "noninteractive", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
 
 
 def _layer_tar(directory: Path, out: Path, log: Path) -> str:
     """*directory* as a layer tarball (numeric owners, as the files are); returns its sha256 (the diff id)."""
-    _run(["tar", "--numeric-owner", "--xattrs", "-C", str(directory), "-cf", str(out), "."], log)
+    run_logged(["tar", "--numeric-owner", "--xattrs", "-C", str(directory), "-cf", str(out), "."], log)
     digest = hashlib.sha256()
     with open(out, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -142,10 +148,10 @@ def _build_base(target: Path) -> None:
     log = target / "build.log"
     rootfs = target / "rootfs"
     started = time.monotonic()
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR], log)
+    run_logged(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR], log)
     wheels = target / "wheels"
     # the wheels for the image's Python (3.11, like this machine's), fetched here: the chroot has no network setup
-    _run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.11",
+    run_logged([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.11",
           "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "--implementation", "cp",
           "-d", str(wheels), *_python_requirements()], log)
     shutil.copytree(wheels, rootfs / "tmp" / "wheels")
@@ -213,7 +219,7 @@ def _check_no_whiteouts(upper: Path) -> None:
 def _build_app(target: Path, base: Path) -> None:
     log = target / "build.log"
     dist = target / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+    run_logged([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
           str(REPO)], log)
     wheel = next(dist.glob("*.whl"))
     upper, work, merged = target / "upper", target / "work", target / "merged"

@@ -28,7 +28,6 @@ Needs root, debootstrap and network access to deb.debian.org.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -37,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.node_image import ImageBuildError, _run, _sha, cache_root
+from tests.harness.node_image import ImageBuildError, cache_lock, cache_root, content_key, run_logged
 
 MIRROR = "http://deb.debian.org/debian"
 #: the release the fixtures run when HPCBRIDGE_SLURM is unset: this machine's own packages
@@ -93,20 +92,12 @@ def current() -> SlurmInstall | None:
 
 
 def key(release: str) -> str:
-    return _sha(RECIPE_VERSION.encode(), release.encode(), SUITES[release].encode(), MIRROR.encode(),
-                " ".join(PACKAGES).encode(), " ".join(LIB_DIRS).encode(), LOADER.encode())[:16]
+    return content_key(RECIPE_VERSION.encode(), release.encode(), SUITES[release].encode(), MIRROR.encode(),
+                       " ".join(PACKAGES).encode(), " ".join(LIB_DIRS).encode(), LOADER.encode())[:16]
 
 
-@contextlib.contextmanager
-def _lock(release: str):
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"slurm-{release}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _lock(release: str) -> contextlib.AbstractContextManager[None]:
+    return cache_lock(cache_root() / f"slurm-{release}.lock")
 
 
 def _chroot_out(root: Path, script: str) -> str:
@@ -132,7 +123,7 @@ def _build(tmp: Path, final: Path, release: str) -> None:
     log = tmp / "build.log"
     rootfs = tmp / "root"
     started = time.monotonic()
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITES[release], str(rootfs),
+    run_logged(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITES[release], str(rootfs),
           MIRROR], log)
     version = _chroot_out(rootfs, "dpkg-query -W -f '${Version}' slurmctld").strip()
     if not version.startswith(release + "."):

@@ -222,7 +222,7 @@ class Api:
             array_job, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
             name = f"slurm-{array_job}_{task}.out" if array_job and task is not None else f"slurm-{job_id}.out"
             return f"{workdir.rstrip('/')}/{name}" if workdir.startswith("/") else None
-        return path.replace("%j", job_id).replace("%x", str(job.get("name"))) if path else None
+        return path.replace("%j", job_id).replace("%x", str(job.get("name")))
 
 
 def _common_fields(request: dict[str, Any]) -> dict[str, Any]:
