@@ -5,19 +5,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from bridge.backends import REGISTRY
 from bridge.errors import InvalidSpec
 
 if TYPE_CHECKING:
     from bridge.adapters.base import Adapter
     from bridge.api.cluster import BridgeCluster
 
-#: backend name → "module:class"; importing a backend module must not import another backend's client
-REGISTRY = {
-    "local": "bridge.adapters.local:LocalAdapter",
-    "slurm": "bridge.adapters.slurm:SlurmAdapter",
-    "flux": "bridge.adapters.flux:FluxAdapter",
-    "kubernetes": "bridge.adapters.kubernetes:KubernetesAdapter",
-}
+__all__ = ["REGISTRY", "adapter_class", "get_adapter"]
 
 
 def adapter_class(backend: str) -> type[Adapter]:

@@ -6,7 +6,8 @@ In Kubernetes it is a cluster-scoped object; for the CLI the same objects come f
 import re
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from bridge.api.base import WireModel
 from bridge.api.k8s import ObjectMeta
@@ -18,9 +19,9 @@ from bridge.api.names import (
     check_one_line,
     check_user_name,
 )
+from bridge.backends import REGISTRY
 
 API_VERSION = "hpcbridge.io/v1alpha1"
-CLUSTER_TYPES = ("local", "slurm", "flux", "kubernetes")
 
 # Slurm partition/account/qos names: what slurm.conf and sacctmgr accept in practice. Kept strict because
 # these values end up in #SBATCH lines, which cannot carry a newline or a quote safely.
@@ -390,8 +391,23 @@ class Tenant(WireModel):
         return selector is not None and all((labels or {}).get(k) == v for k, v in selector.match_labels.items())
 
 
+def _registered_backend(value: str) -> str:
+    """A backend of the registry, read when the object is validated: a backend added by its registry line is a
+    cluster type at once. Refused with the error (and wording) a ``Literal`` of the names would give."""
+    if value not in REGISTRY:
+        names = [repr(name) for name in REGISTRY]
+        expected = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+    return value
+
+
+#: a BridgeCluster's ``spec.type``: a name in bridge.backends.REGISTRY (the CRD's enum is the registry's names)
+BackendName = Annotated[str, AfterValidator(_registered_backend),
+                        WithJsonSchema({"type": "string", "enum": list(REGISTRY)})]
+
+
 class BridgeClusterSpec(WireModel):
-    type: Literal["local", "slurm", "flux", "kubernetes"]
+    type: BackendName
     slurm: SlurmConnection | None = None
     flux: FluxConnection | None = None
     kubernetes: KubernetesConnection | None = None

@@ -111,14 +111,9 @@ spec:
 
 
 def toy_cluster(name: str) -> BridgeCluster:
-    """A configured cluster of type ``toy``.
-
-    Known exception (issue 35): BridgeClusterSpec.type is a closed list of names (and so is the CRD's enum), so
-    today a new backend's name is also added there — docs/architecture.md says so as step 3. This stands in for
-    that edit: the cluster is validated as a type the schema knows, then given the toy's type."""
-    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                            "metadata": {"name": name}, "spec": {"type": "slurm"}})
-    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"type": "toy"})})
+    """A configured cluster of type ``toy``: a type because the registry has its line, nothing else added."""
+    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
+                                         "metadata": {"name": name}, "spec": {"type": "toy"}})
 
 
 @pytest.fixture
@@ -130,7 +125,7 @@ def toy(tmp_path, monkeypatch):
     (package / "__init__.py").write_text(textwrap.dedent(TOY_PACKAGE))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the service's durable record, per test
-    monkeypatch.setitem(REGISTRY, "toy", "toybackend:ToyAdapter")  # the one registry line
+    monkeypatch.setitem(REGISTRY, "toy", "toybackend:ToyAdapter")  # the one registry line (bridge/backends.py)
     yield lambda: sys.modules["toybackend"]
     sys.modules.pop("toybackend", None)
 
@@ -171,7 +166,7 @@ BRIDGE = Path(bridge.__file__).resolve().parent
 
 #: the layers of docs/architecture.md, lowest first: a module may import from its own layer and the ones below
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("bridge", "bridge.annotations", "bridge.errors", "bridge.envnames", "bridge.shell"),  # foundation ("bridge": the package itself)
+    ("bridge", "bridge.annotations", "bridge.backends", "bridge.errors", "bridge.envnames", "bridge.shell"),  # foundation ("bridge": the package itself)
     ("bridge.api",),  # wire objects
     ("bridge.plan", "bridge.convert", "bridge.staging", "bridge.tenancy", "bridge.placement", "bridge.records"),
     ("bridge.adapters", "bridge.mpi"),  # backends, and what runs on the nodes
@@ -332,7 +327,7 @@ def _new(kind: str) -> list[str]:
 
 def test_the_reader_sees_every_kind_of_import() -> None:
     """The rules hold only if the reader finds what they forbid, wherever it is written."""
-    service_imports = {(i.target, i.name) for i in GRAPH["bridge.service"]}
+    service_imports = {(i.target, i.name) for i in GRAPH["bridge.service.targets"]}
     assert ("bridge.errors", "InvalidSpec") in service_imports  # at module level
     assert ("bridge.adapters", "get_adapter") in service_imports  # inside a function, under another name
     assert ("bridge.adapters.base", None) in {(i.target, None) for i in GRAPH["bridge.adapters"]}  # TYPE_CHECKING
@@ -371,3 +366,9 @@ def test_comments_and_documents_point_only_inside_the_repository() -> None:
              for path in files if path.resolve() != here
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if _OUTSIDE.search(line)]
     assert found == []
+
+
+def test_a_cluster_type_is_a_registered_backend_and_nothing_else() -> None:
+    """spec.type is checked against the registry when a BridgeCluster is read, not against a list of its own."""
+    with pytest.raises(ValueError, match=r"Input should be 'local', 'slurm', 'flux' or 'kubernetes'"):
+        toy_cluster("toys")
