@@ -31,7 +31,7 @@ from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
 from bridge.service import Input, prepare, read_input
 from bridge.shell import comment, join, quote
-from tests.harness.builders import cluster
+from tests.builders import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mpi-allreduce.yaml"

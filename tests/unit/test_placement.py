@@ -15,7 +15,7 @@ from bridge.adapters.kubernetes import capacity as kube_capacity
 from bridge.adapters.slurm import sinfo
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendUnavailable, InvalidSpec
-from tests.harness.builders import cluster
+from tests.builders import cluster
 from tests.unit.test_service import TRAINJOB, FakeBackend
 
 # sinfo -O as Slurm 22.05 prints it for the test cluster, with node3 busy, node4 drained, node2 half used

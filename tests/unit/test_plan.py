@@ -10,7 +10,8 @@ from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.errors import InvalidSpec
 from bridge.plan import Launcher, derive_uid, find_runtime, resolve, select_cluster
-from tests.harness.builders import cluster
+from tests import builders
+from tests.builders import cluster
 
 RUNTIME = """
 apiVersion: trainer.kubeflow.org/v1alpha1
@@ -38,10 +39,7 @@ spec:
 
 
 def trainjob(**trainer):
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-           "spec": {"runtimeRef": {"name": "rt"}, "trainer": trainer}}
-    import yaml
-    return load_documents(yaml.safe_dump(doc))[0]
+    return builders.trainjob("j", runtime="rt", trainer=trainer)
 
 
 RT = load_documents(RUNTIME)[0]
@@ -145,13 +143,11 @@ def test_uid_is_stable_for_the_same_trainjob() -> None:
 
 
 def test_runtime_patch_is_strategic_merged() -> None:
-    import yaml
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-           "spec": {"runtimeRef": {"name": "rt"}, "runtimePatches": [{"manager": "example.com/tool",
-                    "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
-                        "spec": {"template": {"spec": {"nodeSelector": {"zone": "a"}, "containers": [
-                            {"name": "node", "env": [{"name": "A", "value": "patched"}]}]}}}}}]}}}}]}}
-    plan = resolve(load_documents(yaml.safe_dump(doc))[0], RT, cluster())
+    job = builders.trainjob("j", runtime="rt", runtimePatches=[{"manager": "example.com/tool", "trainingRuntimeSpec": {
+        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "nodeSelector": {"zone": "a"}, "containers": [{"name": "node", "env": [{"name": "A", "value": "patched"}]}],
+        }}}}}]}}}}])
+    plan = resolve(job, RT, cluster())
     pod = plan.jobset_template["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"zone": "a"}
     assert [(e.name, e.value) for e in plan.env] == [("A", "patched"), ("B", "runtime")]
@@ -159,12 +155,10 @@ def test_runtime_patch_is_strategic_merged() -> None:
 
 
 def test_patch_naming_a_missing_job_rejected() -> None:
-    import yaml
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-           "spec": {"runtimeRef": {"name": "rt"}, "runtimePatches": [{"manager": "example.com/tool",
-                    "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "ghost"}]}}}}]}}
+    job = builders.trainjob("j", runtime="rt", runtimePatches=[{"manager": "example.com/tool", "trainingRuntimeSpec": {
+        "template": {"spec": {"replicatedJobs": [{"name": "ghost"}]}}}}])
     with pytest.raises(InvalidSpec, match="has no such replicated job"):
-        resolve(load_documents(yaml.safe_dump(doc))[0], RT, cluster())
+        resolve(job, RT, cluster())
 
 
 def _builtin(name: str):

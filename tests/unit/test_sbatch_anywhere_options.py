@@ -16,7 +16,7 @@ from bridge.api.loader import parse_object
 from bridge.convert.sbatch import parse_script
 from bridge.errors import InvalidSpec
 from bridge.plan import SBATCH_DROPPED_OFF_SLURM
-from tests.harness.builders import cluster
+from tests.builders import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted([*(ROOT / "tests/integration/slurm/sbatch_corpus").glob("*.sbatch"),

@@ -10,7 +10,8 @@ from bridge import service, tenancy
 from bridge.adapters.base import JobRef, JobState, JobStatus
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import InvalidSpec
-from tests.harness.builders import cluster
+from tests.builders import cluster, trainjob_doc
+from tests.fakes import FakeTransport, replying
 
 UID_A = "0b4c1f7e-0000-4000-8000-00000000000a"
 UID_B = "0b4c1f7e-0000-4000-8000-00000000000b"
@@ -27,12 +28,9 @@ TENANTS = [
 def source(namespace: str = "team-a", annotations: dict | None = None, uid: str = UID_A) -> service.Input:
     from bridge.api.loader import parse_object
 
-    trainjob = parse_object({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "train", "namespace": namespace, "uid": uid,
-                     "annotations": {"hpcbridge.io/cluster": "hpc", **(annotations or {})}},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"command": ["python3", "train.py"]}}},
-        "TrainJob")
+    trainjob = parse_object(trainjob_doc(namespace=namespace, uid=uid,
+                                         annotations={"hpcbridge.io/cluster": "hpc", **(annotations or {})},
+                                         trainer={"command": ["python3", "train.py"]}), "TrainJob")
     return service.Input((trainjob,), "TrainJob", None)
 
 
@@ -152,33 +150,21 @@ def test_a_flux_instance_serves_one_tenant(spec) -> None:
 def test_a_tenant_on_the_local_transport_runs_every_slurm_command_through_sudo_as_its_user() -> None:
     from bridge.adapters.run_as import RunAs
     from bridge.adapters.slurm import make_transport
-    from bridge.adapters.transport import CommandResult, Transport
 
     target = tenancy.as_tenant(cluster(tenants=TENANTS), cluster(tenants=TENANTS).spec.tenants[0])
     transport = make_transport(target)
     assert isinstance(transport, RunAs) and transport.user == "alice"
 
-    class Recorder(Transport):
-        def __init__(self, stderr=""):
-            self.argv, self.stderr = None, stderr
-
-        def run(self, argv, stdin=None, timeout=60.0, resend=True, job_env=None):
-            self.argv, self.job_env = list(argv), job_env
-            return CommandResult(tuple(argv), 1 if self.stderr else 0, "", self.stderr)
-
-        def stream(self, argv, timeout=0, check=True):
-            return iter(())
-
-    inner = Recorder()
+    inner = FakeTransport()
     assert RunAs(inner, "alice").run(["scancel", "42"]).argv == ("scancel", "42")
-    assert inner.argv == ["sudo", "-n", "-u", "alice", "--", "scancel", "42"]
+    assert inner.calls[-1].argv == ("sudo", "-n", "-u", "alice", "--", "scancel", "42")
     # a job's environment goes on to the transport (which feeds it to sbatch on fd 3), never into argv
     RunAs(inner, "alice").run(["sbatch", "--export-file=3"], job_env={"TOKEN": "s3cret"})
-    assert inner.job_env == {"TOKEN": "s3cret"} and "s3cret" not in " ".join(inner.argv)
+    assert inner.calls[-1].job_env == {"TOKEN": "s3cret"} and "s3cret" not in " ".join(inner.calls[-1].argv)
     from bridge.errors import BackendRejected
 
     with pytest.raises(BackendRejected, match="sudoers rule"):
-        RunAs(Recorder("sudo: a password is required"), "alice").run(["squeue"])
+        RunAs(FakeTransport(replying(1, stderr="sudo: a password is required")), "alice").run(["squeue"])
 
 
 def test_slurmrestd_never_falls_back_to_root(monkeypatch) -> None:
@@ -275,10 +261,8 @@ class Api:
 
 
 def trainjob_body(namespace: str, uid: str, annotations: dict, suspend: bool = False) -> dict:
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "train", "namespace": namespace, "uid": uid, "annotations": annotations},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": suspend,
-                     "trainer": {"command": ["python3", "train.py"]}},
+    return {**trainjob_doc(namespace=namespace, uid=uid, annotations=annotations, suspend=suspend,
+                           trainer={"command": ["python3", "train.py"]}),
             "status": {"conditions": [{"type": "Submitted", "status": "True", "reason": "Submitted",
                                        "message": ""}]}}
 
