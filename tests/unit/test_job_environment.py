@@ -22,18 +22,13 @@ from bridge.adapters.flux import FluxAdapter
 from bridge.adapters.slurm import SlurmAdapter
 from bridge.adapters.slurm.render import ENV_FD, TENANT_PATH, job_env
 from bridge.adapters.slurm.rest import submission
-from bridge.adapters.transport import (
-    JOB_ENV_READER,
-    CommandResult,
-    LocalTransport,
-    SSHTransport,
-    Transport,
-    job_env_input,
-)
+from bridge.adapters.transport import JOB_ENV_READER, LocalTransport, SSHTransport, job_env_input
 from bridge.api import load_documents
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import InvalidSpec
 from bridge.plan import resolve
+from tests import builders
+from tests.fakes import FakeTransport, replying
 
 SECRET = "s3cr3t-VALUE-7f1c"
 #: a value that a shell, printf's %b or a line-based reader could mangle
@@ -45,11 +40,10 @@ PLAIN = load_documents("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: Cluster
 
 
 def cluster(kind: str = "slurm", **connection) -> BridgeCluster:
-    spec: dict = {"type": kind, "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}
+    spec: dict = {"defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}
     if connection:
         spec[kind] = connection
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": "c"}, "spec": spec})
+    return builders.cluster(kind, "c", **spec)
 
 
 def plan_for(target: BridgeCluster, env: dict[str, str], tenant: str | None = "team-a", workdir: str = "/w"):
@@ -62,18 +56,9 @@ def plan_for(target: BridgeCluster, env: dict[str, str], tenant: str | None = "t
     return dataclasses.replace(plan, tenant=tenant)
 
 
-class Recording(Transport):
-    """Answers sbatch with a job id and keeps every call."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict] = []
-
-    def run(self, argv, stdin=None, timeout=60.0, resend=True, job_env=None) -> CommandResult:
-        self.calls.append({"argv": tuple(argv), "stdin": stdin, "job_env": job_env})
-        return CommandResult(tuple(argv), 0, "4242\n", "")
-
-    def stream(self, argv, timeout=24 * 3600.0, check=True):
-        yield from ()
+def recording() -> FakeTransport:
+    """A transport that answers sbatch with a job id and keeps every call."""
+    return FakeTransport(replying(stdout="4242\n"))
 
 
 # --- what render shows and submit sends ------------------------------------------------------------------
@@ -93,35 +78,35 @@ def test_a_tenant_script_and_command_carry_no_env_value() -> None:
 
 
 def test_submit_sends_the_values_apart_from_command_and_script() -> None:
-    transport = Recording()
+    transport = recording()
     adapter = SlurmAdapter(cluster(slurmConf="/etc/slurm-test/slurm.conf"), transport=transport)
     plan = plan_for(adapter.cluster, {"TOKEN": SECRET, "NOTE": AWKWARD})
     artifact = adapter.render(plan)
     ref = adapter.submit(artifact)
     assert ref.job_id == "4242"
     (call,) = transport.calls
-    assert call["argv"] == artifact.command  # exactly what render showed
-    assert call["stdin"] == artifact.main and SECRET not in call["stdin"]
-    assert not any(SECRET in arg for arg in call["argv"])
-    assert call["job_env"] == {"PATH": TENANT_PATH, "SLURM_CONF": "/etc/slurm-test/slurm.conf",
+    assert call.argv == artifact.command  # exactly what render showed
+    assert call.stdin == artifact.main and SECRET not in call.stdin
+    assert not any(SECRET in arg for arg in call.argv)
+    assert call.job_env == {"PATH": TENANT_PATH, "SLURM_CONF": "/etc/slurm-test/slurm.conf",
                                "SLURM_JOB_NAME": artifact.plan.name, "TOKEN": SECRET, "NOTE": AWKWARD}
 
 
 def test_a_cli_plan_keeps_sbatch_semantics() -> None:
-    transport = Recording()
+    transport = recording()
     adapter = SlurmAdapter(cluster(), transport=transport)
     plan = plan_for(adapter.cluster, {"TOKEN": "visible"}, tenant=None)
     artifact = adapter.render(plan)
     assert "export TOKEN=visible" in artifact.main and artifact.command == () and len(artifact.files) == 1
     adapter.submit(artifact)
-    assert transport.calls[0]["job_env"] is None and transport.calls[0]["argv"] == ("sbatch", "--parsable")
+    assert transport.calls[0].job_env is None and transport.calls[0].argv == ("sbatch", "--parsable")
     assert job_env(plan) is None
 
 
 def test_a_tenant_batch_script_gets_the_same_environment() -> None:
     from bridge.plan import BatchScript
 
-    transport = Recording()
+    transport = recording()
     adapter = SlurmAdapter(cluster(), transport=transport)
     plan = dataclasses.replace(plan_for(adapter.cluster, {"TOKEN": SECRET}),
                                batch_script=BatchScript("#!/bin/sh\nenv\n", "/w/job.sh", ("--nodes=1",), None, None,
@@ -129,7 +114,7 @@ def test_a_tenant_batch_script_gets_the_same_environment() -> None:
     artifact = adapter.render(plan)
     assert f"--export-file={ENV_FD}" in artifact.command and SECRET not in artifact.text()
     adapter.submit(artifact)
-    assert transport.calls[0]["job_env"]["TOKEN"] == SECRET
+    assert transport.calls[0].job_env["TOKEN"] == SECRET
 
 
 def test_the_tenant_path_and_order_of_the_environment() -> None:
@@ -263,7 +248,7 @@ def test_ssh_transport_sends_values_on_stdin_never_on_the_remote_command_line(mo
 def test_flux_job_environment_is_the_jobspec_and_never_the_submitters(monkeypatch) -> None:
     monkeypatch.setenv("HPCB_PLANTED", PLANTED)
     target = cluster("flux", environment={"SITE": "1"})
-    adapter = FluxAdapter(target, transport=(recording := Recording()))
+    adapter = FluxAdapter(target, transport=(transport := recording()))
     plan = plan_for(target, {"TOKEN": SECRET})
     spec = json.loads(adapter.render(plan).main)
     environment = spec["attributes"]["system"]["environment"]
@@ -272,6 +257,6 @@ def test_flux_job_environment_is_the_jobspec_and_never_the_submitters(monkeypatc
                                 "HPCBRIDGE_JOB_NAMESPACE", "HPCBRIDGE_CLUSTER"}
     # `flux job submit` takes the jobspec on stdin as it is (it merges no environment): no value in argv
     adapter.submit(adapter.render(plan))
-    (call,) = recording.calls
-    assert call["argv"][:3] == ("flux", "job", "submit") and call["job_env"] is None
-    assert not any(SECRET in arg for arg in call["argv"])
+    (call,) = transport.calls
+    assert call.argv[:3] == ("flux", "job", "submit") and call.job_env is None
+    assert not any(SECRET in arg for arg in call.argv)

@@ -15,8 +15,8 @@ from bridge.adapters.kubernetes import capacity as kube_capacity
 from bridge.adapters.slurm import sinfo
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendUnavailable, InvalidSpec
-from tests.builders import cluster
-from tests.unit.test_service import TRAINJOB, FakeBackend
+from tests.builders import TRAINJOB, cluster
+from tests.fakes import FakeBackend
 
 # sinfo -O as Slurm 22.05 prints it for the test cluster, with node3 busy, node4 drained, node2 half used
 SINFO = """\
@@ -154,9 +154,6 @@ def test_the_local_machines_gpus_come_from_the_cluster_the_allocation_or_the_dri
     assert machine_gpus(None, {}, run=lambda _: None, proc_dir=str(tmp_path)) == (["0"], str(tmp_path))
     assert machine_gpus(None, {}, run=lambda _: None, proc_dir=str(tmp_path / "none"))[0] == []
     with pytest.raises(ValueError, match="gpus is the local cluster's own list"):
-        BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                      "metadata": {"name": "s"}, "spec": {"type": "slurm", "gpus": ["0"]}})
+        cluster("slurm", "s", gpus=["0"])
     with pytest.raises(ValueError, match="defaults.image is the image of pods that name none"):
-        BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                      "metadata": {"name": "s"}, "spec": {"type": "slurm",
-                                                                          "defaults": {"image": "x:1"}}})
+        cluster("slurm", "s", defaults={"image": "x:1"})
