@@ -31,7 +31,7 @@ def array(monkeypatch, tmp_path) -> service.Prepared:
     cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                             "metadata": {"name": "fake"}, "spec": {"type": "slurm"}})
     backend = FakeBackend(cluster)
-    monkeypatch.setattr(service, "get_adapter", lambda cluster: backend)
+    monkeypatch.setattr(service.targets, "get_adapter", lambda cluster: backend)
     return service.prepare(service.read_input("-", stdin=ARRAY), cluster="fake", configured={"fake": cluster})
 
 
@@ -87,7 +87,7 @@ def kept(monkeypatch, tmp_path):
     for job_id in ("101", "102"):
         backend.jobs[job_id] = {"uid": f"u{job_id}", "name": f"j{job_id}", "state": JobState.RUNNING}
     backend.sent = 2
-    monkeypatch.setattr(service, "get_adapter", lambda cluster: backend)
+    monkeypatch.setattr(service.targets, "get_adapter", lambda cluster: backend)
     return backend, cluster
 
 

@@ -37,7 +37,7 @@ def clusters(monkeypatch, tmp_path):
     def adapter_for(cluster):
         return adapters.setdefault(cluster.name, Recording(cluster))
 
-    monkeypatch.setattr(service, "get_adapter", adapter_for)
+    monkeypatch.setattr(service.targets, "get_adapter", adapter_for)
     configured = {name: cluster(name=name) for name in ("a", "b")}
     return configured, adapters
 

@@ -126,7 +126,7 @@ def prepared(monkeypatch, tmp_path) -> service.Prepared:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                             "metadata": {"name": "fake"}, "spec": {"type": "slurm"}})
-    monkeypatch.setattr(service, "get_adapter", lambda cluster: FakeBackend(cluster))
+    monkeypatch.setattr(service.targets, "get_adapter", lambda cluster: FakeBackend(cluster))
     source = service.read_input("-", stdin=TRAINJOB)
     return service.prepare(source, cluster="fake", configured={"fake": cluster})
 

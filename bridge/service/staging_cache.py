@@ -1,0 +1,50 @@
+"""The shared staging cache of a cluster, as ``cache list`` and ``cache prune`` show it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bridge.errors import InvalidSpec
+from bridge.service.targets import clusters
+
+if TYPE_CHECKING:
+    from bridge.staging.cache import CacheEntry
+
+
+def staging_dir(cluster_name: str | None) -> str:
+    """A cluster's shared staging directory (default: the local cluster's, under the state dir), as this
+    machine sees it: ``cache list``/``prune`` read it here, so on a remote cluster run them on a node that
+    mounts it."""
+    from bridge.records import state_root
+
+    configured = clusters()
+    name = cluster_name or "local"
+    if name not in configured:
+        raise InvalidSpec("--cluster", name, f"no such cluster; configured: {', '.join(sorted(configured))}")
+    spec = configured[name].spec
+    if spec.staging_dir:
+        return spec.staging_dir
+    if spec.type == "local":
+        return str(state_root() / "staging")
+    raise InvalidSpec("--cluster", name, "this cluster has no spec.stagingDir (Kubernetes stages into each "
+                      "job's initializer volume)")
+
+
+def _entry_row(entry: CacheEntry) -> dict[str, Any]:
+    import datetime as dt
+
+    return {"key": entry.key, "uri": entry.uri, "version": entry.version, "bytes": entry.bytes,
+            "files": entry.files, "path": str(entry.path),
+            "lastUsed": dt.datetime.fromtimestamp(entry.last_used, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def cache_entries(directory: str) -> list[dict[str, Any]]:
+    from bridge.staging.cache import StageCache
+
+    return [_entry_row(entry) for entry in StageCache(directory).entries()]
+
+
+def cache_prune(directory: str, older_than: float | None, dry_run: bool = False) -> list[dict[str, Any]]:
+    from bridge.staging.cache import StageCache
+
+    return [_entry_row(entry) for entry in StageCache(directory).prune(older_than, dry_run=dry_run)]

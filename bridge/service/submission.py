@@ -1,0 +1,198 @@
+"""Sending prepared jobs: idempotent by uid, recorded before submit returns, dependencies and array limits
+waited for where the backend keeps none."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING, Literal
+
+from bridge.annotations import ARRAY_ANNOTATION, DEPENDENCY_ANNOTATION
+from bridge.errors import AlreadyRan, BackendRejected, InvalidSpec
+from bridge.service.jobs import job_refs
+from bridge.service.preparation import Prepared
+from bridge.service.retries import NO_RETRY, Retry
+
+if TYPE_CHECKING:
+    from bridge.adapters.base import Adapter, Identity, JobRef, JobStatus
+    from bridge.plan import LaunchPlan
+    from bridge.records import Records
+
+#: what submit does when the TrainJob's uid already has a finished job on the cluster
+IfFinished = Literal["error", "attach", "rerun"]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    ref: JobRef
+    #: the job already existed (this call sent nothing)
+    existing: bool
+    #: its state when found, for an existing job
+    status: JobStatus | None = None
+
+
+def _identity(plan: LaunchPlan) -> Identity:
+    from bridge.adapters.base import Identity
+
+    return Identity(plan.uid, plan.name, plan.namespace)
+
+
+def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY,
+           on_wait: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Submitted:
+    if prepared.waits_for:
+        wait_for_dependency(prepared.adapter, prepared.waits_for, prepared.plan, retry=retry, on_wait=on_wait,
+                            sleep=sleep)
+        prepared = replace(prepared, waits_for=None)
+    return submit_many([prepared], if_finished=if_finished, retry=retry)[0]
+
+
+def wait_for_dependency(adapter: Adapter, spec: str, plan: LaunchPlan, *, retry: Retry = NO_RETRY,
+                        on_wait: Callable[[str], None] | None = None, poll_seconds: float = 1.0,
+                        sleep: Callable[[float], None] = time.sleep) -> None:
+    """Block until *spec* (afterok/afterany/afternotok:JOB[:JOB], singleton; items joined by ",") holds on
+    *adapter*'s cluster: one batched poll per check. A dependency that can no longer hold (afterok on a job that
+    failed) is BackendRejected, and nothing is sent, as Slurm never starts such a job."""
+    items = [item.split(":") for item in spec.split(",")]
+    ids = [job for kind, *jobs in items if kind != "singleton" for job in jobs]
+    told = False
+    while True:
+        waiting = []
+        states = retry.call(lambda: adapter.poll(job_refs(adapter, ids))) if ids else {}
+        by_id = {ref.job_id: status for ref, status in states.items()}
+        for kind, *jobs in items:
+            if kind == "singleton":
+                others = [s for s in retry.call(adapter.list_jobs)
+                          if s.ref.name == plan.name and s.ref.uid != plan.uid and not s.state.finished]
+                waiting += [f"{s.ref.job_id} (same name)" for s in others]
+                continue
+            for job in jobs:
+                status = by_id[job]
+                if status.state.value == "Unknown":
+                    raise BackendRejected(adapter.backend, f"dependency {kind}:{job}: no such job on cluster "
+                                                           f"{adapter.cluster.name}")
+                if not status.state.finished:
+                    waiting.append(f"{job} ({status.state.value})")
+                elif kind == "afterok" and status.state.value != "Succeeded" or \
+                        kind == "afternotok" and status.state.value == "Succeeded":
+                    raise BackendRejected(adapter.backend, f"dependency {kind}:{job} can never hold: job {job} "
+                                                           f"ended {status.state.value}; {plan.name} was not sent")
+        if not waiting:
+            return
+        if on_wait is not None and not told:
+            on_wait(f"{plan.name} waits for {', '.join(waiting)} ({spec})")
+            told = True
+        sleep(poll_seconds)
+
+
+def submit_array(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY,
+                 poll_seconds: float = 1.0, sleep: Callable[[float], None] = time.sleep,
+                 on_wait: Callable[[str], None] | None = None,
+                 on_sent: Callable[[Submitted], None] | None = None) -> list[Submitted]:
+    """Send a job array's elements in order (each idempotent by its own uid, as ``submit``); with a ``%``
+    limit, an element is sent only while fewer than that many sent ones are unfinished (one batched poll per
+    check), so the submitting process stays until the last element is sent."""
+    adapter = prepared.adapter
+    if prepared.waits_for:
+        wait_for_dependency(adapter, prepared.waits_for, prepared.plan, retry=retry, on_wait=on_wait, sleep=sleep)
+    sent: list[Submitted] = []
+    for element in prepared.elements:
+        if prepared.array_limit is not None:
+            told = False
+            while True:
+                running = [s.ref for s in sent]
+                states = retry.call(partial(adapter.poll, running)) if running else {}
+                unfinished = sum(1 for status in states.values() if not status.state.finished)
+                if unfinished < prepared.array_limit:
+                    break
+                if on_wait is not None and not told:
+                    on_wait(f"{element.plan.name} waits: {unfinished} elements unfinished, the limit is "
+                            f"{prepared.array_limit}")
+                    told = True
+                sleep(poll_seconds)
+        sent.append(submit(element, if_finished=if_finished, retry=retry))
+        if on_sent is not None:
+            on_sent(sent[-1])
+    return sent
+
+
+def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
+                retry: Retry = NO_RETRY) -> list[Submitted]:
+    """Submit plans bound for one cluster, idempotently by uid, with one lookup for the whole batch.
+
+    A uid whose job is pending or running gets that job back. A uid whose job finished raises ``AlreadyRan``
+    (``if_finished="error"``), gets the finished job back (``"attach"``, the operator re-attaching), or
+    runs again (``"rerun"``). The lookup asks the backend first, then the durable record for jobs the
+    backend no longer lists. Transient failures are retried whole, lookup included, so a retry after a
+    send whose answer was lost finds the job instead of sending it twice.
+    """
+    if not batch:
+        return []
+    held = next((p for p in batch if p.waits_for), None)
+    if held is not None:
+        raise InvalidSpec(f"metadata.annotations[{DEPENDENCY_ANNOTATION}]", held.waits_for,
+                          f"cluster {held.adapter.cluster.name} keeps no dependencies: hpcbridge submit waits for "
+                          "them, which this path does not do")
+    array = next((p for p in batch if p.elements), None)
+    if array is not None:
+        raise InvalidSpec(f"metadata.annotations[{ARRAY_ANNOTATION}]", array.plan.options.array,
+                          f"cluster {array.adapter.cluster.name} has no job arrays: its elements are sent one by one "
+                          "(hpcbridge submit), which this path does not do")
+    adapter = batch[0].adapter
+    if any(p.adapter is not adapter for p in batch):
+        raise ValueError("submit_many takes plans for one cluster (one adapter)")
+    from bridge.records import JobStore, Records, Submission, now
+
+    records = Records(adapter.cluster.name)
+    results: dict[str, Submitted] = {}
+
+    def attempt() -> list[Submitted]:
+        pending = [p for p in batch if p.plan.uid not in results]
+        existing = _existing(adapter, records, [p.plan for p in pending])
+        to_send: list[Prepared] = []
+        for prepared in pending:
+            uid = prepared.plan.uid
+            status = existing.get(uid)
+            if status is None:
+                to_send.append(prepared)
+            elif not status.state.finished and status.state.value != "Unknown":
+                results[uid] = Submitted(status.ref, True, status)
+            elif if_finished == "attach":
+                results[uid] = Submitted(status.ref, True, status)
+            elif if_finished == "rerun":
+                if adapter.capabilities.unique_names:
+                    adapter.remove(status.ref)
+                to_send.append(prepared)
+            else:
+                plan = prepared.plan
+                what = (f"{status.state.value}" if status.state.value != "Unknown"
+                        else "which the cluster no longer knows (recorded by this machine)")
+                raise AlreadyRan(f"{plan.namespace}/{plan.name} (uid {uid}) already ran on cluster {plan.cluster} "
+                                 f"as job {status.ref.job_id}, {what}; `hpcbridge status "
+                                 f"{status.ref.job_id}` shows it; submit --rerun runs it again",
+                                 status.ref.job_id, status.state.value)
+        for prepared in to_send:
+            ref = adapter.submit(prepared.artifact)
+            plan = prepared.plan
+            records.add([Submission(plan.uid, ref.job_id, plan.name, plan.namespace, now())])
+            if prepared.objects:
+                JobStore().keep_definition(plan.uid, prepared.definition())
+            results[plan.uid] = Submitted(ref, False)
+        return [results[p.plan.uid] for p in batch]
+
+    return retry.call(attempt)
+
+
+def _existing(adapter: Adapter, records: Records, plans: Sequence[LaunchPlan]) -> dict[str, JobStatus]:
+    """Jobs that already carry these uids: the backend's view, then the record for what it forgot."""
+    found = adapter.find([_identity(plan) for plan in plans])
+    missing = [plan.uid for plan in plans if plan.uid not in found]
+    recorded = records.by_uid(missing) if missing else {}
+    if recorded:
+        from bridge.adapters.base import Identity
+
+        refs = [adapter.ref(item.job_id, Identity(item.uid, item.name, item.namespace)) for item in recorded.values()]
+        for ref, status in adapter.poll(refs).items():
+            found[ref.uid] = status
+    return found
