@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from types import SimpleNamespace as NS
 
-from bridge.adapters.kubernetes import _event_time, _failed_job_exit_code, _trainer_steps
+from bridge.adapters.kubernetes.status import event_time, failed_job_exit_code, trainer_steps
 
 MPI_JOBSET = {"spec": {"replicatedJobs": [
     {"name": "node", "template": {"metadata": {}}},
@@ -22,18 +22,18 @@ def _job(jobset: str, rjob: str, message: str | None):
 
 
 def test_the_trainer_step_is_the_replicated_job_kubeflow_labels() -> None:
-    assert _trainer_steps(MPI_JOBSET) == {"launcher"}
-    assert _trainer_steps({}) == set()
+    assert trainer_steps(MPI_JOBSET) == {"launcher"}
+    assert trainer_steps({}) == set()
 
 
 def test_a_failed_jobs_exit_code_prefers_the_trainer_step_and_its_own_jobset() -> None:
     jobs = [_job("a", "node", "Container node for pod a/a-node-0-0-x failed with exit code 1 matching FailJob rule"),
             _job("a", "launcher", "Container node for pod a/a-launcher-0-0-y failed with exit code 7 matching ..."),
             _job("b", "launcher", "Container node for pod a/b-launcher-0-0-z failed with exit code 3 matching ...")]
-    assert _failed_job_exit_code("a", jobs, {"launcher"}) == 7
-    assert _failed_job_exit_code("b", jobs, {"launcher"}) == 3
-    assert _failed_job_exit_code("a", [_job("a", "node", "BackoffLimitExceeded")], {"launcher"}) is None
-    assert _failed_job_exit_code("c", jobs, set()) is None
+    assert failed_job_exit_code("a", jobs, {"launcher"}) == 7
+    assert failed_job_exit_code("b", jobs, {"launcher"}) == 3
+    assert failed_job_exit_code("a", [_job("a", "node", "BackoffLimitExceeded")], {"launcher"}) is None
+    assert failed_job_exit_code("c", jobs, set()) is None
 
 
 def test_an_events_time_is_its_latest_observation() -> None:
@@ -42,4 +42,4 @@ def test_an_events_time_is_its_latest_observation() -> None:
     core = NS(series=None, last_timestamp=at, event_time=None, first_timestamp=at, metadata=None)
     series = NS(series=NS(last_observed_time=later), last_timestamp=None, event_time=at, first_timestamp=None,
                 metadata=None)
-    assert _event_time(core) == at.timestamp() and _event_time(series) == later.timestamp()
+    assert event_time(core) == at.timestamp() and event_time(series) == later.timestamp()

@@ -262,7 +262,7 @@ def test_a_container_finds_the_data_at_kubeflows_workspace() -> None:
 
 def test_a_jobset_says_which_initializer_failed_or_runs() -> None:
     from bridge.adapters.base import JobState
-    from bridge.adapters.kubernetes import jobset_state
+    from bridge.adapters.kubernetes.status import jobset_state
 
     spec = {"replicatedJobs": [{"name": "dataset-initializer", "template": {"spec": {"template": {"spec": {
         "containers": [{"name": "dataset-initializer", "env": [{"name": "STORAGE_URI", "value": "s3://b/d"}]}]}}}}},

@@ -7,7 +7,6 @@ idempotent and one list call per namespace serves a whole poll.
 from __future__ import annotations
 
 import base64
-import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,12 +28,16 @@ from bridge.adapters.base import (
     OptionSpec,
 )
 from bridge.adapters.kubernetes.policy import check_pod_policy
-from bridge.adapters.kubernetes.render import (
-    JOBSET_API,
-    POD_GROUP_API,
-    jobset_name,
-    render_manifests,
-    ssh_secret_name,
+from bridge.adapters.kubernetes.render import JOBSET_API, jobset_name, render_manifests, ssh_secret_name
+from bridge.adapters.kubernetes.scheduling import POD_GROUP_API
+from bridge.adapters.kubernetes.status import (
+    JOBSET_NAME_LABEL,
+    creation_warning,
+    failed_job_exit_code,
+    jobset_state,
+    pod_exit_code,
+    quota_message,
+    trainer_steps,
 )
 from bridge.annotations import (
     ACCOUNT_ANNOTATION,
@@ -45,11 +48,11 @@ from bridge.annotations import (
     UID_LABEL,
 )
 from bridge.errors import BackendRejected, BackendUnavailable
-from bridge.plan import ANCESTOR_LABEL, QUEUE_LABEL, LaunchPlan
+from bridge.plan import LaunchPlan
 from bridge.tenancy import tenant_of
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, V1Job, V1Pod
+    from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, V1Pod
 
     from bridge.api.cluster import BridgeCluster, PodPolicy
 
@@ -61,62 +64,6 @@ KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 #: apiVersion → (group, version, plural) of the gang schedulers' PodGroups
 _POD_GROUP_APIS = {f"{group}/{version}": (group, version, plural) for group, version, plural in POD_GROUP_API.values()}
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-#: how the Job controller words a FailJob rule's match (pkg/controller/job/pod_failure_policy.go)
-_EXIT_CODE_MESSAGE = re.compile(r"\bfailed with exit code (\d+)\b")
-
-
-def jobset_state(jobset: dict[str, Any]) -> tuple[JobState, str | None, str | None]:
-    """JobSet conditions and replicated-job counts → (state, reason, message)."""
-    conditions = {c.get("type"): c for c in (jobset.get("status") or {}).get("conditions") or []
-                  if c.get("status") == "True"}
-    counts = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
-    for kind, state in (("Completed", JobState.SUCCEEDED), ("Failed", JobState.FAILED)):
-        if kind in conditions:
-            failed_initializer = next((c["name"] for c in counts if c.get("name") in _INITIALIZER_JOBS
-                                       and (c.get("failed") or 0) > 0), None)
-            if state == JobState.FAILED and failed_initializer:
-                # the trainer never started: say which initializer, and for what
-                return state, "InitializerFailed", (f"the {failed_initializer.split('-')[0]} initializer failed for "
-                                                    f"{_storage_uri(jobset, failed_initializer)}")
-            return state, conditions[kind].get("reason"), conditions[kind].get("message")
-    if ((jobset.get("metadata") or {}).get("annotations") or {}).get(CANCELLED_ANNOTATION) == "true":
-        return JobState.CANCELLED, "Cancelled", "cancelled through hpc-bridge (the JobSet is suspended)"
-    queue = ((jobset.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-    if queue and (jobset.get("spec") or {}).get("suspend"):
-        # Kueue holds it suspended until it admits it: waiting in a queue is pending, as Slurm's PD
-        return JobState.PENDING, "Queued", f"waiting in Kueue LocalQueue {queue}"
-    if "Suspended" in conditions:
-        return JobState.SUSPENDED, conditions["Suspended"].get("reason"), conditions["Suspended"].get("message")
-    if (jobset.get("spec") or {}).get("suspend"):
-        return JobState.SUSPENDED, "Suspended", None
-    # "active" also counts pods still waiting for a node: only ready (or finished) pods mean running
-    if any((c.get("ready") or 0) > 0 or (c.get("succeeded") or 0) > 0 for c in counts):
-        fetching = next((c["name"] for c in counts if c.get("name") in _INITIALIZER_JOBS and (c.get("ready") or 0)),
-                        None)
-        if fetching:
-            return (JobState.RUNNING, "Initializing",
-                    f"Initializing ({fetching.split('-')[0]}): {_storage_uri(jobset, fetching)}")
-        return JobState.RUNNING, None, None
-    return JobState.PENDING, None, None
-
-
-#: Kubeflow's initializer jobs (and their containers), which run before the trainer's
-_INITIALIZER_JOBS = ("dataset-initializer", "model-initializer")
-
-
-def _storage_uri(jobset: dict[str, Any], job_name: str) -> str:
-    """The URI an initializer job fetches: its container's STORAGE_URI in the JobSet."""
-    for job in (jobset.get("spec") or {}).get("replicatedJobs") or []:
-        if job.get("name") != job_name:
-            continue
-        pod = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            for entry in container.get("env") or []:
-                if container.get("name") == job_name and entry.get("name") == "STORAGE_URI":
-                    return str(entry.get("value"))
-    return "its STORAGE_URI"
 
 
 def _log_container(pod: V1Pod) -> str:
@@ -336,25 +283,15 @@ class KubernetesAdapter(Adapter):
         jobs = None
         for ref in refs:
             name = ref.job_id.split("/", 1)[1]
-            trainer_steps = _trainer_steps(jobsets.get(name) or {})
-            codes: list[tuple[bool, int]] = []
-            for pod in pods.items:
-                labels = pod.metadata.labels or {}
-                if labels.get(JOBSET_NAME_LABEL) != name or not pod.status:
-                    continue
-                for container in pod.status.container_statuses or []:
-                    terminated = container.state.terminated if container.state else None
-                    if container.name == "node" and terminated is not None and terminated.exit_code:
-                        codes.append((labels.get(REPLICATED_JOB_LABEL) not in trainer_steps, terminated.exit_code))
-            if codes:
-                code: int | None = min(codes)[1]
-            else:
+            steps = trainer_steps(jobsets.get(name) or {})
+            code = pod_exit_code(pods.items, name, steps)
+            if code is None:
                 if jobs is None:
                     from kubernetes import client
 
                     jobs = self._call("list jobs", client.BatchV1Api(self.api).list_namespaced_job, namespace,
                                       label_selector=f"{JOBSET_NAME_LABEL} in ({names})").items
-                code = _failed_job_exit_code(name, jobs, trainer_steps)
+                code = failed_job_exit_code(name, jobs, steps)
             if code is not None:
                 status = statuses[ref]
                 statuses[ref] = JobStatus(ref, status.state, reason=status.reason, message=status.message,
@@ -367,15 +304,6 @@ class KubernetesAdapter(Adapter):
             ref = JobRef(ref.cluster, ref.backend, ref.job_id, uid, ref.name)
         return JobStatus(ref, state, reason=reason, message=message,
                          exit_code=0 if state == JobState.SUCCEEDED else None)
-
-    def wait(self, ref: JobRef, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
-        """Polls the JobSet (one GET-list per interval) until it ends."""
-        give_up = None if timeout is None else time.monotonic() + timeout
-        while True:
-            status = self.poll([ref])[ref]
-            if status.state.finished or (give_up is not None and time.monotonic() >= give_up):
-                return status
-            time.sleep(poll_interval)
 
     def _queue_reasons(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus], jobsets: dict[str, dict[str, Any]]) -> None:
         """Why a queued JobSet waits, as Kueue says it on its Workload (``QuotaReserved`` False: "insufficient
@@ -405,14 +333,7 @@ class KubernetesAdapter(Adapter):
                 except CLIENT_ERRORS:
                     cluster_queues[local] = None
             where = f"ClusterQueue {cluster_queues[local]}" if cluster_queues[local] else f"LocalQueue {local}"
-            conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
-            reserved = conditions.get("QuotaReserved") or {}
-            if reserved.get("status") == "True":
-                message = f"quota reserved in {where}; waiting for admission"
-            else:
-                why = reserved.get("message")
-                message = f"waiting for quota in {where}" + (f": {why}" if why else "")
-            statuses[ref] = JobStatus(ref, JobState.PENDING, reason="Queued", message=message)
+            statuses[ref] = JobStatus(ref, JobState.PENDING, reason="Queued", message=quota_message(workload, where))
 
     def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus],
                             jobsets: dict[str, dict[str, Any]]) -> None:
@@ -443,19 +364,8 @@ class KubernetesAdapter(Adapter):
                             field_selector="type=Warning").items
         for ref in refs:
             name = ref.job_id.split("/", 1)[1]
-            jobset = jobsets.get(name) or {}
-            spec = jobset.get("spec") or {}
-            # a JobSet of this name removed and submitted again: its predecessor's warnings are not about it
-            since = _created((jobset.get("metadata") or {}).get("creationTimestamp"))
-            # the JobSet controller names a replicated job's Jobs <jobset>-<replicated job>-<index>
-            jobs = {f"{name}-{rjob.get('name')}-{index}" for rjob in spec.get("replicatedJobs") or []
-                    for index in range(int(rjob.get("replicas") or 1))}
-            about = [event for event in events if event.involved_object is not None and (
-                (event.involved_object.kind == "JobSet" and event.involved_object.name == name) or
-                (event.involved_object.kind == "Job" and event.involved_object.name in jobs)) and
-                _event_time(event) >= since]
-            if about:
-                last = max(about, key=_event_time)
+            last = creation_warning(events, name, jobsets.get(name) or {})
+            if last is not None:
                 statuses[ref] = JobStatus(ref, JobState.PENDING, reason=last.reason, message=last.message)
 
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
@@ -671,50 +581,6 @@ class KubernetesAdapter(Adapter):
 
         version = self._call("version", client.VersionApi(self.api).get_code)
         return f"Kubernetes {version.git_version}"
-
-
-def _event_time(event: Any) -> float:  # a CoreV1Event or an EventsV1Event
-    """When an event last happened: events.k8s.io writers set eventTime (and series), core ones lastTimestamp."""
-    import datetime
-
-    when = (event.series.last_observed_time if getattr(event, "series", None) is not None else None) or \
-        event.last_timestamp or event.event_time or event.first_timestamp or \
-        (event.metadata.creation_timestamp if event.metadata else None)
-    return when.timestamp() if isinstance(when, datetime.datetime) else 0.0
-
-
-def _trainer_steps(jobset: dict[str, Any]) -> set[str]:
-    """The replicated jobs Kubeflow marks as the trainer step (the ancestor label is on the Job template, so
-    Jobs carry it and their pods do not; pods carry the replicated job's name)."""
-    return {rjob.get("name") for rjob in ((jobset.get("spec") or {}).get("replicatedJobs") or [])
-            if (((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
-            == "trainer"}
-
-
-def _failed_job_exit_code(jobset: str, jobs: list[V1Job], trainer_steps: set[str]) -> int | None:
-    """The exit code a failed Job's condition names, the trainer step's first: a podFailurePolicy FailJob rule
-    on exit codes words it "... failed with exit code N"."""
-    found: list[tuple[bool, int]] = []
-    for job in jobs:
-        labels = (job.metadata.labels or {}) if job.metadata else {}
-        if labels.get(JOBSET_NAME_LABEL) != jobset:
-            continue
-        for condition in (job.status.conditions or []) if job.status else []:
-            if condition.type == "Failed" and condition.status == "True":
-                match = _EXIT_CODE_MESSAGE.search(condition.message or "")
-                if match:
-                    found.append((labels.get(REPLICATED_JOB_LABEL) not in trainer_steps, int(match.group(1))))
-    return min(found)[1] if found else None
-
-
-def _created(stamp: str | None) -> float:
-    """An RFC 3339 creationTimestamp (seconds resolution) as a POSIX time; 0 when absent or unreadable."""
-    import datetime
-
-    try:
-        return datetime.datetime.fromisoformat((stamp or "").replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _ssh_secret_data(name: str) -> dict[str, str]:

@@ -9,30 +9,36 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bridge.adapters.kubernetes.policy import check_pod_policy
-from bridge.annotations import (
-    ACCOUNT_ANNOTATION,
-    CONSTRAINT_ANNOTATION,
-    FEATURE_LABEL_PREFIX,
-    KEYS_ANNOTATION,
-    PARTITION_ANNOTATION,
-    PREFIX,
-    QOS_ANNOTATION,
-    UID_LABEL,
+from bridge.adapters.kubernetes.frameworks import inject_torch_env, jax_env, torch_env, xgboost_env
+from bridge.adapters.kubernetes.pods import (
+    DNS_SUBDOMAIN,
+    check_jobset_labels,
+    cluster_images,
+    container_resources,
+    hostnames,
+    initializers,
+    node_container,
+    pod_spec,
+    set_env,
+    set_pod_count,
+    trainer_job,
 )
+from bridge.adapters.kubernetes.policy import check_pod_policy
+from bridge.adapters.kubernetes.scheduling import (
+    POD_GROUP_API,
+    VOLCANO_QUEUE_ANNOTATION,
+    apply_placement,
+    join_gang,
+    placement_for,
+    pod_requests,
+)
+from bridge.annotations import ACCOUNT_ANNOTATION, KEYS_ANNOTATION, UID_LABEL
 from bridge.api.cluster import PodPolicy
 from bridge.api.loader import dump_yaml
-from bridge.api.names import check_labels
 from bridge.errors import InvalidSpec
-
-if TYPE_CHECKING:
-    from fractions import Fraction
-
-    from bridge.api.storage import StageSource
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.mpi.hostfile import Peer, hostfile_for
 from bridge.mpi.ssh import CLIENT_KEY, DEFAULT_PORT, HOST_KEY
@@ -47,8 +53,6 @@ from bridge.plan import (
     check_identity,
     job_environment,
     script_env,
-    torch_nproc,
-    torchtune_arguments,
 )
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -62,8 +66,6 @@ HOSTFILE_PATH = "/etc/mpi/hostfile"
 _LAUNCHED = frozenset({*MPI_LAUNCHERS, Launcher.TORCHRUN, Launcher.PLAIN, Launcher.SCRIPT})
 #: the nodes reach each other over the job's sshd: MPI ranks, and a batch script's steps (the srun shim)
 _OVER_SSH = frozenset({*MPI_LAUNCHERS, Launcher.SCRIPT})
-_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -106,99 +108,11 @@ def _labels(plan: LaunchPlan) -> dict[str, str]:
     return {NAME_LABEL: plan.name, UID_LABEL: plan.uid}
 
 
-#: resources the API server takes in requests alone; any other (nvidia.com/gpu…) needs a limit to match
-_OVERCOMMITTABLE = ("cpu", "memory", "ephemeral-storage")
-
-
-def _container_resources(plan: LaunchPlan) -> dict[str, Any]:
-    """Requests and limits as the TrainJob and runtime give them (each merged per key, as Kubeflow does). An
-    extended resource asked for only in requests also gets it as its limit: the API server refuses such pods."""
-    requests = dict(plan.resources.given_requests)
-    limits = dict(plan.resources.given_limits)
-    for name, value in requests.items():
-        if name not in limits and name not in _OVERCOMMITTABLE and not name.startswith("hugepages-"):
-            limits[name] = value
-    return {key: value for key, value in (("limits", limits), ("requests", requests)) if value}
-
-
-def _trainer_job(jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    for job in jobs:
-        labels = ((job.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if labels.get(ANCESTOR_LABEL) == "trainer":
-            return job
-    return next((job for job in jobs if job.get("name") == "node"), None)
-
-
 def trainer_pod_spec(js: dict[str, Any]) -> dict[str, Any]:
     """The pod spec of the JobSet's trainer (or MPI node) pods: what each of the plan's nodes asks for."""
     jobs = js["spec"]["replicatedJobs"]
-    job = next((j for j in jobs if j.get("name") == "node"), None) or _trainer_job(jobs) or jobs[0]
-    return _pod_spec(job)
-
-
-def _pod_spec(job: dict[str, Any]) -> dict[str, Any]:
-    job_spec = job.setdefault("template", {}).setdefault("spec", {})
-    pod: dict[str, Any] = job_spec.setdefault("template", {}).setdefault("spec", {})
-    return pod
-
-
-def _node_container(job: dict[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in _pod_spec(job).get("containers", []) if c.get("name") == TRAINER_CONTAINER), None)
-
-
-def _set_env(container: dict[str, Any], entries: list[dict[str, Any]]) -> None:
-    env = [e for e in container.get("env", []) if e["name"] not in {x["name"] for x in entries}]
-    container["env"] = env + entries
-
-
-def _initializers(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
-    """Kubeflow's JobSet plugin: each initializer job's container of its name gets STORAGE_URI and the
-    initializer's env (upserted in place), and its Secret as envFrom."""
-    if plan.staging is None:
-        return
-    for source in plan.staging.sources:
-        for job in jobs:
-            labels = ((job.get("template") or {}).get("metadata") or {}).get("labels") or {}
-            if labels.get(ANCESTOR_LABEL) != source.container:
-                continue
-            for container in _pod_spec(job).get("containers", []):
-                if container.get("name") != source.container:
-                    continue
-                env = container.setdefault("env", [])
-                for name, value in (("STORAGE_URI", source.uri), *source.env):
-                    entry = next((e for e in env if e.get("name") == name), None)
-                    if entry is None:
-                        env.append({"name": name, "value": value})
-                    else:
-                        entry.clear()
-                        entry.update({"name": name, "value": value})
-                if source.secret:
-                    container.setdefault("envFrom", []).append({"secretRef": {"name": source.secret}})
-                if source.uri.lower().startswith("pvc://"):
-                    _mount_source_claim(_pod_spec(job), container, source)
-
-
-def _mount_source_claim(pod: dict[str, Any], container: dict[str, Any], source: StageSource) -> None:
-    """``pvc://claim/path``: data already on a claim of the namespace. The initializer pod mounts the claim
-    read-only where ``hpcbridge initialize`` copies it from into the ``initializer`` volume (Kubeflow's own
-    initializer images read hf:// and s3:// only)."""
-    from bridge.api.storage import PVC_SOURCE_MOUNT, PVC_SOURCE_VOLUME, parse_storage_uri
-
-    claim = parse_storage_uri(source.uri, source.role).authority
-    pod.setdefault("volumes", []).append({"name": PVC_SOURCE_VOLUME,
-                                          "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
-    container.setdefault("volumeMounts", []).append({"name": PVC_SOURCE_VOLUME, "mountPath": PVC_SOURCE_MOUNT,
-                                                     "readOnly": True})
-
-
-def _set_pod_count(job: dict[str, Any], count: int) -> None:
-    spec = job.setdefault("template", {}).setdefault("spec", {})
-    spec["parallelism"] = count
-    spec["completions"] = count
-
-
-def hostnames(jobset_name: str, job_name: str, count: int, subdomain: str) -> list[str]:
-    return [f"{jobset_name}-{job_name}-0-{i}.{subdomain}" for i in range(count)]
+    job = next((j for j in jobs if j.get("name") == "node"), None) or trainer_job(jobs) or jobs[0]
+    return pod_spec(job)
 
 
 def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, Any], list[Peer]]:
@@ -210,18 +124,52 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
     spec = copy.deepcopy(dict(plan.jobset_template))
     jobs: list[dict[str, Any]] = spec.setdefault("replicatedJobs", [])
     if not jobs:
-        if not plan.image:
-            raise InvalidSpec("spec.trainer.image", None,
-                              f"runtime {plan.runtime_name!r} has no JobSet template, so Kubernetes needs an image")
-        jobs.append({"name": "node", "replicas": 1, "template": {
-            "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
-            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": TRAINER_CONTAINER}]}}}}})
-        if plan.launcher == Launcher.SCRIPT:
-            # sbatch runs a failed script once; a retried rank 0 would also wait for peers that have left
-            jobs[0]["template"]["spec"]["backoffLimit"] = 0
-    trainer = _trainer_job(jobs)
+        jobs.append(_default_node_job(plan))
+    trainer = trainer_job(jobs)
     assert trainer is not None  # plan.py found it, or we just built it
-    container = _node_container(trainer)
+    container = _trainer_container(plan, trainer)
+    runtime_command = list(container.get("command") or [])
+    user_env, resources = _set_command_and_env(plan, container)
+    subdomain = _subdomain(plan, spec, target)
+    node_job = next((job for job in jobs if job.get("name") == "node"), trainer)
+    # the first pod of the trainer's replicated job coordinates (torch master, JAX coordinator, XGBoost tracker)
+    master_host = hostnames(target.name, trainer["name"], 1, subdomain)[0]
+    if plan.launcher in _OVER_SSH:
+        peers = _mpi(plan, target.name, jobs, trainer, node_job, container, subdomain, user_env, resources)
+    else:
+        set_pod_count(trainer, plan.nodes)
+        _framework_env(plan, container, runtime_command, master_host)
+    if plan.env_injection:
+        inject_torch_env(plan, jobs, master_host)
+    if plan.launcher in _LAUNCHED and (container.get("command") or container.get("args")):
+        _launch(plan, target.name, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
+    initializers(plan, jobs)
+    _one_pod_each(jobs, counted=node_job if plan.launcher in _OVER_SSH else trainer)
+    _stamp_pods(plan, target, jobs)
+    if plan.image_map or plan.image_pull_policy:
+        cluster_images(plan, jobs)
+    spec["suspend"] = bool(plan.suspend)  # stated either way, as Kubeflow's controller does
+    metadata = _jobset_metadata(plan, target, jobs)
+    return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
+
+
+def _default_node_job(plan: LaunchPlan) -> dict[str, Any]:
+    """The one replicated job of a runtime without a JobSet template: the TrainJob's image on ``node``."""
+    if not plan.image:
+        raise InvalidSpec("spec.trainer.image", None,
+                          f"runtime {plan.runtime_name!r} has no JobSet template, so Kubernetes needs an image")
+    job: dict[str, Any] = {"name": "node", "replicas": 1, "template": {
+        "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": TRAINER_CONTAINER}]}}}}}
+    if plan.launcher == Launcher.SCRIPT:
+        # sbatch runs a failed script once; a retried rank 0 would also wait for peers that have left
+        job["template"]["spec"]["backoffLimit"] = 0
+    return job
+
+
+def _trainer_container(plan: LaunchPlan, trainer: dict[str, Any]) -> dict[str, Any]:
+    """The trainer job's ``node`` container, with the TrainJob's image (one it or the runtime must give)."""
+    container = node_container(trainer)
     if container is None:
         raise InvalidSpec(f"runtime {plan.runtime_name}: replicatedJobs[{trainer['name']}]", None,
                           "no container named 'node'")
@@ -229,7 +177,13 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
         container["image"] = plan.image
     elif not container.get("image"):
         raise InvalidSpec("spec.trainer.image", None, "Kubernetes needs an image (TrainJob or runtime)")
-    runtime_command = list(container.get("command") or [])
+    return container
+
+
+def _set_command_and_env(plan: LaunchPlan, container: dict[str, Any],
+                         ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The TrainJob's command, args, env and resources on the trainer container; the env entries and resources
+    it got, which MPI's worker containers get too."""
     # command and args as Kubeflow sets them, each from the TrainJob or else the runtime; with neither, the
     # image's entrypoint runs
     for key, value in (("command", plan.container_command), ("args", plan.container_args)):
@@ -241,37 +195,35 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
                  **({"valueFrom": dict(e.value_from)} if e.value_from else {})} for e in plan.env]
     user_env += [{"name": name, "value": value} for name, value in (*job_environment(plan),
                                                                       *script_env(plan).items())]
-    _set_env(container, user_env)
-    resources = _container_resources(plan)
+    set_env(container, user_env)
+    resources = container_resources(plan)
     if resources:
         container["resources"] = copy.deepcopy(resources)
+    return user_env, resources
 
+
+def _subdomain(plan: LaunchPlan, spec: dict[str, Any], target: Target) -> str:
     subdomain = (spec.get("network") or {}).get("subdomain") or target.name
-    if not isinstance(subdomain, str) or len(subdomain) > 253 or not _DNS_SUBDOMAIN.fullmatch(subdomain):
+    if not isinstance(subdomain, str) or len(subdomain) > 253 or not DNS_SUBDOMAIN.fullmatch(subdomain):
         # it is written into every hostname of the MPI hostfile: one line per host, nothing else
         raise InvalidSpec(f"runtime {plan.runtime_name}: spec.template.spec.network.subdomain", subdomain,
                           "must be an RFC 1123 subdomain: lowercase letters, digits, '-' and '.'")
-    node_job = next((job for job in jobs if job.get("name") == "node"), trainer)
-    # the first pod of the trainer's replicated job coordinates (torch master, JAX coordinator, XGBoost tracker)
-    master_host = hostnames(target.name, trainer["name"], 1, subdomain)[0]
-    if plan.launcher in _OVER_SSH:
-        peers = _mpi(plan, target.name, jobs, trainer, node_job, container, subdomain, user_env, resources)
-    else:
-        _set_pod_count(trainer, plan.nodes)
-        # Kubeflow's framework plugins add their environment only when the TrainJob has a trainer section
-        if plan.trainer_given:
-            if plan.launcher == Launcher.TORCHRUN:
-                _torch(plan, container, runtime_command, master_host)
-            elif plan.framework == "jax":
-                _jax(plan, container, master_host)
-            elif plan.framework == "xgboost":
-                _xgboost(plan, container, master_host)
-    if plan.env_injection:
-        _inject_torch_env(plan, jobs, master_host)
-    if plan.launcher in _LAUNCHED and (container.get("command") or container.get("args")):
-        _launch(plan, target.name, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
-    _initializers(plan, jobs)
-    counted = node_job if plan.launcher in _OVER_SSH else trainer
+    return subdomain
+
+
+def _framework_env(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str],
+                   master_host: str) -> None:
+    # Kubeflow's framework plugins add their environment only when the TrainJob has a trainer section
+    if plan.trainer_given:
+        if plan.launcher == Launcher.TORCHRUN:
+            torch_env(plan, container, runtime_command, master_host)
+        elif plan.framework == "jax":
+            jax_env(plan, container, master_host)
+        elif plan.framework == "xgboost":
+            xgboost_env(plan, container, master_host)
+
+
+def _one_pod_each(jobs: list[dict[str, Any]], counted: dict[str, Any]) -> None:
     for job in jobs:
         if job is not counted:
             # every other replicated job (initializers, an MPI launcher) runs one pod, stated as Kubeflow states it
@@ -279,7 +231,10 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
             job_spec.setdefault("parallelism", 1)
             job_spec.setdefault("completions", job_spec["parallelism"])
 
-    placement = _placement(plan)
+
+def _stamp_pods(plan: LaunchPlan, target: Target, jobs: list[dict[str, Any]]) -> None:
+    """What every replicated job's pods carry: the deadline, identity labels, gang and placement."""
+    placement = placement_for(plan)
     for job in jobs:
         job_spec = job.setdefault("template", {}).setdefault("spec", {})
         if plan.time_limit_seconds:
@@ -287,162 +242,28 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
         pod_meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
         pod_meta.setdefault("labels", {}).update(_labels(plan))
         if plan.pod_group is not None:
-            _join_gang(plan, target.name, pod_meta, _pod_spec(job))
-        _place(_pod_spec(job), placement)
+            join_gang(plan, target.name, pod_meta, pod_spec(job))
+        apply_placement(pod_spec(job), placement)
         if plan.options.account:
             pod_meta["labels"][ACCOUNT_ANNOTATION] = plan.options.account
-    if plan.image_map or plan.image_pull_policy:
-        _cluster_images(plan, jobs)
-    spec["suspend"] = bool(plan.suspend)  # stated either way, as Kubeflow's controller does
-    # the JobSet's own metadata as Kubeflow gives it (runtime template, then runtime patches), plus identity
+
+
+def _jobset_metadata(plan: LaunchPlan, target: Target, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JobSet's own metadata as Kubeflow gives it (runtime template, then runtime patches), plus identity;
+    its labels and its pods' checked."""
     labels = {**dict(plan.jobset_metadata.get("labels") or {}), **_labels(plan)}
     if plan.options.account:
         labels[ACCOUNT_ANNOTATION] = plan.options.account
     if plan.queue:
         labels[QUEUE_LABEL] = plan.queue  # Kueue suspends the JobSet at creation and admits it from this queue
-    _check_labels("metadata.labels", labels)
+    check_jobset_labels("metadata.labels", labels)
     for job in jobs:
         pod_labels = job["template"]["spec"]["template"]["metadata"]["labels"]
-        _check_labels(f"runtime {plan.runtime_name}: replicatedJobs[{job.get('name')}] pod labels", pod_labels)
+        check_jobset_labels(f"runtime {plan.runtime_name}: replicatedJobs[{job.get('name')}] pod labels", pod_labels)
     metadata: dict[str, Any] = {"name": target.name, "namespace": target.namespace, "labels": labels}
     if plan.jobset_metadata.get("annotations"):
         metadata["annotations"] = dict(plan.jobset_metadata["annotations"])
-    return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": spec}, peers
-
-
-def _cluster_images(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
-    """The cluster's copies of the images named (``spec.kubernetes.images``) and its pull policy, on every
-    container and init container of every replicated job."""
-    images = dict(plan.image_map)
-    for job in jobs:
-        pod = _pod_spec(job)
-        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
-            if container.get("image") in images:
-                container["image"] = images[container["image"]]
-            if plan.image_pull_policy:
-                container["imagePullPolicy"] = plan.image_pull_policy
-
-
-def _check_labels(where: str, labels: dict[str, Any]) -> None:
-    """Every label the JobSet carries is one the API server admits; refused here, before anything is sent."""
-    for key, value in labels.items():
-        try:
-            if not isinstance(value, str):
-                raise ValueError("label values are strings")
-            check_labels({key: value})
-        except ValueError as exc:
-            raise InvalidSpec(f"{where}[{key}]", value, str(exc)) from None
-
-
-def _placement(plan: LaunchPlan) -> dict[str, Any]:
-    """The portable scheduler knobs in Kubernetes terms (README: "Scheduler knobs on Kubernetes")."""
-    options = plan.options
-    for knob, value in (("partition", options.partition), ("account", options.account)):
-        if value and not _LABEL_NAME.fullmatch(value):
-            raise InvalidSpec(f"metadata.annotations[{PREFIX}{knob}]", value,
-                              "on Kubernetes this is a label value: letters, digits, - _ . (63 at most)")
-    if options.qos and not _DNS_SUBDOMAIN.fullmatch(options.qos):
-        raise InvalidSpec(f"metadata.annotations[{QOS_ANNOTATION}]", options.qos,
-                          "on Kubernetes this is a PriorityClass name: lowercase letters, digits, - and .")
-    selector: dict[str, str] = {}
-    if options.partition:
-        selector[PARTITION_ANNOTATION] = options.partition
-    if options.constraint:
-        features = options.constraint.split("&")
-        for feature in features:
-            if not _LABEL_NAME.fullmatch(feature):
-                raise InvalidSpec(f"metadata.annotations[{CONSTRAINT_ANNOTATION}]", options.constraint,
-                                  "Kubernetes takes node features joined by & (each a label name; no |, brackets "
-                                  "or counts)")
-            selector[f"{FEATURE_LABEL_PREFIX}{feature}"] = "true"
-    placement: dict[str, Any] = {}
-    if selector:
-        placement["nodeSelector"] = selector
-    if options.qos:
-        placement["priorityClassName"] = options.qos
-    if options.exclusive:
-        # no other hpc-bridge pod (of this job or another) shares a node with this job's pods
-        placement["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchExpressions": [{"key": UID_LABEL, "operator": "Exists"}]},
-            "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}]}}
-    return placement
-
-
-def _place(pod: dict[str, Any], placement: dict[str, Any]) -> None:
-    if "nodeSelector" in placement:
-        pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **placement["nodeSelector"]}
-    if "priorityClassName" in placement:
-        pod["priorityClassName"] = placement["priorityClassName"]
-    if "affinity" in placement:
-        pod.setdefault("affinity", {})["podAntiAffinity"] = copy.deepcopy(placement["affinity"]["podAntiAffinity"])
-
-
-def _pet_env(plan: LaunchPlan, master: bool, master_host: str) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": "PET_NNODES", "value": str(plan.nodes)},
-           {"name": "PET_NPROC_PER_NODE", "value": torch_nproc(plan)},
-           {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)}]
-    if master:
-        env += [{"name": "PET_MASTER_ADDR", "value": master_host},
-                {"name": "PET_MASTER_PORT", "value": str(plan.rdzv_port)}]
-    return env
-
-
-def _torch(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str], master_host: str) -> None:
-    """Kubeflow's torch plugin: PET_* for torchrun (and the master address, except for torchtune, which gets a
-    rendezvous argument instead) and the rendezvous port."""
-    torchtune = plan.trainer_command_given and tuple(plan.container_command) == TORCHTUNE_ENTRYPOINT
-    if torchtune:
-        container["command"] = [*plan.container_command,
-                                *torchtune_arguments(plan.container_args, runtime_command, plan.runtime_name,
-                                                     plan.nodes, torch_nproc(plan), plan.resources.gpus,
-                                                     f"{master_host}:{plan.rdzv_port}")]
-    _set_env(container, _pet_env(plan, master=not torchtune, master_host=master_host))
-    _coordinator_port(plan, container)
-
-
-def _inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]], master_host: str) -> None:
-    """The torch policy's ``envInjection``: PET_* and the master address in the named containers (init
-    containers and sidecars that check or coordinate), whatever the trainer's own command is."""
-    for job_name, names in plan.env_injection:
-        job = next((j for j in jobs if j.get("name") == job_name), None)
-        pod = _pod_spec(job) if job is not None else {}
-        for name in names:
-            found = next((c for c in [*pod.get("initContainers", []), *pod.get("containers", [])]
-                          if c.get("name") == name), None)
-            if found is None:
-                raise InvalidSpec(f"runtime {plan.runtime_name}: spec.mlPolicy.torch.envInjection", f"{job_name}/{name}",
-                                  "no such container in the runtime's template")
-            _set_env(found, _pet_env(plan, master=True, master_host=master_host))
-
-
-_COMPLETION_INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
-
-
-def _coordinator_port(plan: LaunchPlan, container: dict[str, Any]) -> None:
-    ports = [p for p in container.get("ports", []) if p.get("containerPort") != plan.rdzv_port]
-    container["ports"] = ports + [{"containerPort": plan.rdzv_port}]
-
-
-def _jax(plan: LaunchPlan, container: dict[str, Any], master_host: str) -> None:
-    """Kubeflow's JAX plugin: one process per node, the first pod coordinates."""
-    _set_env(container, [
-        {"name": "JAX_NUM_PROCESSES", "value": str(plan.nodes)},
-        {"name": "JAX_PROCESS_ID", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
-        {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{master_host}:{plan.rdzv_port}"},
-    ])
-    _coordinator_port(plan, container)
-
-
-def _xgboost(plan: LaunchPlan, container: dict[str, Any], master_host: str) -> None:
-    """Kubeflow's XGBoost plugin: the first pod runs the tracker; one worker per GPU, else one per node."""
-    workers = plan.nodes * (plan.resources.gpus or 1)
-    _set_env(container, [
-        {"name": "DMLC_TRACKER_URI", "value": master_host},
-        {"name": "DMLC_TRACKER_PORT", "value": str(plan.rdzv_port)},
-        {"name": "DMLC_TASK_ID", "valueFrom": copy.deepcopy(_COMPLETION_INDEX)},
-        {"name": "DMLC_NUM_WORKER", "value": str(workers)},
-    ])
-    _coordinator_port(plan, container)
+    return metadata
 
 
 def _mpi(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]], trainer: dict[str, Any],
@@ -451,22 +272,38 @@ def _mpi(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]], trainer: dict[
     launcher_job = next((job for job in jobs if job.get("name") == "launcher"), None)
     if launcher_job is not None and node_job is not launcher_job:
         workers = max(plan.nodes - 1, 1) if plan.run_launcher_as_node else plan.nodes
-        _set_pod_count(node_job, workers)
+        set_pod_count(node_job, workers)
         peers = hostnames(name, "node", workers, subdomain)
         if plan.run_launcher_as_node:
             peers += hostnames(name, "launcher", 1, subdomain)
-            worker_container = _node_container(node_job)
+            worker_container = node_container(node_job)
             if worker_container is not None:
-                _set_env(worker_container, user_env)
+                set_env(worker_container, user_env)
                 if resources:
                     worker_container["resources"] = copy.deepcopy(resources)
     else:
-        _set_pod_count(trainer, plan.nodes)
+        set_pod_count(trainer, plan.nodes)
         peers = hostnames(name, trainer["name"], plan.nodes, subdomain)
+    _mount_ssh_and_hostfile(plan, name, jobs)
+    if plan.launcher == Launcher.OPENMPI:
+        set_env(container, [
+            {"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
+            {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+            {"name": "OMPI_MCA_orte_set_default_slots", "value": str(plan.procs_per_node)},
+            {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
+        ])
+    elif plan.launcher in MPI_LAUNCHERS:
+        set_env(container, [{"name": "HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"},
+                             {"name": "I_MPI_HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"}])
+    return [Peer(host, plan.procs_per_node) for host in peers]
+
+
+def _mount_ssh_and_hostfile(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]]) -> None:
+    """The job's SSH keys (Secret) and hostfile (ConfigMap) on the ``node`` container of every pod."""
     mount = plan.ssh_auth_mount_path or "/root/.ssh"
     for job in jobs:
-        pod = _pod_spec(job)
-        node = _node_container(job)
+        pod = pod_spec(job)
+        node = node_container(job)
         if node is None:
             continue
         volumes = [v for v in pod.get("volumes", []) if v.get("name") not in ("mpi-ssh-auth", "mpi-hostfile")]
@@ -486,17 +323,6 @@ def _mpi(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]], trainer: dict[
         mounts.append({"name": "mpi-hostfile", "mountPath": HOSTFILE_PATH.rsplit("/", 1)[0]})
         pod["volumes"] = volumes
         node["volumeMounts"] = mounts
-    if plan.launcher == Launcher.OPENMPI:
-        _set_env(container, [
-            {"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
-            {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
-            {"name": "OMPI_MCA_orte_set_default_slots", "value": str(plan.procs_per_node)},
-            {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
-        ])
-    elif plan.launcher in MPI_LAUNCHERS:
-        _set_env(container, [{"name": "HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"},
-                             {"name": "I_MPI_HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"}])
-    return [Peer(host, plan.procs_per_node) for host in peers]
 
 
 def _launch(plan: LaunchPlan, name: str, container: dict[str, Any], trainer: dict[str, Any],
@@ -525,7 +351,7 @@ def _launch(plan: LaunchPlan, name: str, container: dict[str, Any], trainer: dic
     argv = [*plan.launch_command, *spec.to_args()]
     targets = [container]
     if plan.launcher in _OVER_SSH and node_job is not trainer:
-        worker = _node_container(node_job)
+        worker = node_container(node_job)
         if worker is not None:
             targets.append(worker)
     for target in targets:
@@ -558,26 +384,6 @@ def mpi_objects(plan: LaunchPlan, peers: list[Peer], target: Target | None = Non
     return [secret, configmap]
 
 
-#: the gang schedulers' PodGroups, and how a pod says it belongs to one (Kubeflow's coscheduling and volcano
-#: plugins: a label for scheduler-plugins, an annotation for Volcano)
-POD_GROUP_API = {"coscheduling": ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
-                 "volcano": ("scheduling.volcano.sh", "v1beta1", "podgroups")}
-COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
-VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
-
-
-def _join_gang(plan: LaunchPlan, name: str, pod_meta: dict[str, Any], pod: dict[str, Any]) -> None:
-    group = plan.pod_group
-    assert group is not None  # called for a plan with a gang policy only
-    if group.kind == "coscheduling":
-        pod_meta.setdefault("labels", {})[COSCHEDULING_LABEL] = name
-    else:
-        pod_meta.setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = name
-    if group.scheduler_name and not pod.get("schedulerName"):
-        pod["schedulerName"] = group.scheduler_name
-
-
 def pod_group(plan: LaunchPlan, js: dict[str, Any], target: Target | None = None) -> dict[str, Any]:
     """The PodGroup Kubeflow's plugin makes for this JobSet: named after the TrainJob, minMember every pod of
     every replicated job (a gang starts whole or not at all), minResources their requests summed."""
@@ -592,7 +398,7 @@ def pod_group(plan: LaunchPlan, js: dict[str, Any], target: Target | None = None
         job_spec = job["template"]["spec"]
         pods = int(job.get("replicas", 1)) * int(job_spec.get("parallelism", 1))
         members += pods
-        for name, amount in _pod_requests(_pod_spec(job)).items():
+        for name, amount in pod_requests(pod_spec(job)).items():
             totals[name] = totals.get(name, Fraction(0)) + amount * pods
     group = plan.pod_group
     assert group is not None  # called for a plan with a gang policy only
@@ -605,35 +411,13 @@ def pod_group(plan: LaunchPlan, js: dict[str, Any], target: Target | None = None
         queue = (plan.jobset_metadata.get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION)
         if queue:
             spec["queue"] = queue
-        classes = {_pod_spec(job).get("priorityClassName") for job in js["spec"]["replicatedJobs"]} - {None}
+        classes = {pod_spec(job).get("priorityClassName") for job in js["spec"]["replicatedJobs"]} - {None}
         if len(classes) == 1:
             spec["priorityClassName"] = classes.pop()
         if group.network_topology:
             spec["networkTopology"] = copy.deepcopy(dict(group.network_topology))
     return {"apiVersion": f"{api_group}/{version}", "kind": "PodGroup",
             "metadata": {"name": target.name, "namespace": target.namespace, "labels": _labels(plan)}, "spec": spec}
-
-
-def _pod_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
-    """What one pod asks the scheduler for, as Kubernetes counts it: its containers' requests summed (a limit
-    stands in for a request not given), or an init container's when that is larger."""
-    from fractions import Fraction
-
-    from bridge.api.quantity import parse_quantity
-
-    def asked(container: dict[str, Any]) -> dict[str, Fraction]:
-        resources = container.get("resources") or {}
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        return {name: parse_quantity(value) for name, value in merged.items()}
-
-    total: dict[str, Fraction] = {}
-    for container in pod.get("containers") or []:
-        for name, amount in asked(container).items():
-            total[name] = total.get(name, Fraction(0)) + amount
-    for container in pod.get("initContainers") or []:
-        for name, amount in asked(container).items():
-            total[name] = max(total.get(name, Fraction(0)), amount)
-    return total
 
 
 def render_objects(plan: LaunchPlan, namespace: str | None = None, policy: PodPolicy | None = None,
