@@ -470,7 +470,7 @@ class Sandbox:
 
 def _lookup(name: str) -> str:
     """An option name as sbatch's getopt_long resolves it (unique prefix), via hpc-bridge's option table."""
-    from bridge.convert.sbatch import OPTIONS
+    from bridge.sbatch.options import OPTIONS
 
     if name in OPTIONS:
         return name
@@ -480,8 +480,9 @@ def _lookup(name: str) -> str:
 
 def check_directives(run: Run, script: str) -> list[Finding]:
     """The #SBATCH block of a rendered Slurm script holds exactly what the renderer meant, and nothing privileged."""
-    from bridge.convert.sbatch import parse_flags, parse_script
     from bridge.errors import InvalidSpec
+    from bridge.sbatch.directives import parse_flags
+    from bridge.sbatch.script import parse_script
 
     case, command = run.case, run.command
     findings: list[Finding] = []

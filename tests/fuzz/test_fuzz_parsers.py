@@ -21,9 +21,12 @@ from hypothesis import strategies as st
 
 from bridge.api.loader import load_documents
 from bridge.api.quantity import parse_quantity
-from bridge.convert.sbatch import OPTIONS, parse_flags, parse_script, to_trainjob
+from bridge.convert.sbatch import to_trainjob
 from bridge.errors import InvalidSpec
 from bridge.mpi import hostlist
+from bridge.sbatch.directives import parse_flags
+from bridge.sbatch.options import OPTIONS
+from bridge.sbatch.script import parse_script
 
 pytestmark = pytest.mark.fuzz
 

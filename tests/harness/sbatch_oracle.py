@@ -133,7 +133,8 @@ def exec_argv(script: bytes) -> list[str] | None:
 def runs_body(script: bytes, original: bytes) -> str | None:
     """None when hpc-bridge's stored *script* runs the *original* batch script's body (its directive lines
     removed) unchanged, through its own ``#!`` interpreter; else what is wrong."""
-    from bridge.convert.sbatch import command_body, parse_exec_body, split_script
+    from bridge.convert.sbatch import command_body, parse_exec_body
+    from bridge.sbatch.script import split_script
 
     body = split_script(original.decode("utf-8", "surrogateescape")).body
     argv = exec_argv(script)

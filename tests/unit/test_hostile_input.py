@@ -23,12 +23,12 @@ from pydantic import ValidationError
 
 from bridge.adapters.flux.render import batch_script
 from bridge.adapters.kubernetes.render import render_objects
-from bridge.adapters.slurm.render import directive_value, render_script
+from bridge.adapters.slurm.render import render_script
 from bridge.api.catalog import builtin_runtimes, load_clusters
 from bridge.api.loader import MAX_INPUT_BYTES, load_documents, parse_object
-from bridge.convert.sbatch import tokenize_directive
 from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
+from bridge.sbatch.directives import directive_line, tokenize_directive
 from bridge.service import Input, prepare, read_input
 from bridge.shell import comment, join, quote
 from tests.builders import cluster
@@ -162,12 +162,12 @@ def test_cr_in_a_value_stays_inside_its_word() -> None:
 
 @pytest.mark.parametrize("value", ["a' --wrap='id", 'a" --uid="0', "a\\' --x", "plain", "with space", "a#b"])
 def test_directive_value_reads_back_exactly(value: str) -> None:
-    assert tokenize_directive(f"--chdir={directive_value(value)}") == [f"--chdir={value}"]
+    assert tokenize_directive(directive_line("chdir", value)[len("#SBATCH"):]) == [f"--chdir={value}"]
 
 
 @pytest.mark.parametrize("value", ["a\n#SBATCH --chdir=/", "a\rb", "a\x00b", "a\u2028b"])
 def test_directive_value_refuses_line_breaks(value: str) -> None:
-    refused(directive_value, value, "chdir")
+    refused(directive_line, "chdir", value, field="#SBATCH --chdir")
 
 
 def test_runtime_working_dir_cannot_smuggle_a_directive() -> None:

@@ -13,9 +13,11 @@ from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster, builtin_local_cluster
 from bridge.api.loader import to_yaml
 from bridge.api.trainjob import TrainJob
-from bridge.convert.sbatch import apply_flags, merge, parse_flags, parse_script, to_trainjob
+from bridge.convert.sbatch import apply_flags, to_trainjob
 from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
+from bridge.sbatch.directives import merge, parse_flags
+from bridge.sbatch.script import parse_script
 
 SLURM = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
                                       "metadata": {"name": "hpc"}, "spec": {"type": "slurm"}})

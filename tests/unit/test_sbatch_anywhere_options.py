@@ -13,9 +13,9 @@ import pytest
 from bridge import cli, service, tenancy
 from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX
 from bridge.api.loader import parse_object
-from bridge.convert.sbatch import parse_script
 from bridge.errors import InvalidSpec
 from bridge.plan import SBATCH_DROPPED_OFF_SLURM
+from bridge.sbatch.script import parse_script
 from tests.builders import cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from bridge.convert.sbatch import parse_script, to_trainjob
+from bridge.convert.sbatch import to_trainjob
 from bridge.errors import InvalidSpec
 from bridge.mpi import step
+from bridge.sbatch.script import parse_script
 
 JOB = {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "2"}
 

@@ -1,7 +1,8 @@
 """LaunchPlan → Slurm batch script. Pure: same plan, same bytes (pinned by golden files).
 
-Every ``#SBATCH`` value is validated single-line in plan.py and quoted here; every value in the body goes
-through ``bridge.shell.quote``. Options Slurm cannot express are errors raised before anything is written.
+Every ``#SBATCH`` value is validated single-line by the planner and written by ``bridge.sbatch.directives``;
+every value in the body goes through ``bridge.shell.quote``. Options Slurm cannot express are errors raised
+before anything is written.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import re
 
 from bridge import __version__
 from bridge.annotations import SLURM_GPUS_ANNOTATION, UID_COMMENT_PREFIX
-from bridge.api.names import has_control
-from bridge.convert.sbatch.values import GresItem, slurm_time
 from bridge.errors import InvalidSpec
 from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.plan import (
@@ -29,6 +28,9 @@ from bridge.plan import (
     stage_command,
     stage_input_environment,
 )
+from bridge.sbatch.directives import directive_line
+from bridge.sbatch.options import passthrough_value
+from bridge.sbatch.values import GresItem, gpu_counts, gres_items, slurm_time
 from bridge.shell import comment, join, quote
 
 DEFAULT_OUTPUT = "hpcbridge-%x-%j.out"
@@ -40,24 +42,6 @@ ENV_FD = 3
 TENANT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: names sbatch silently drops from an --export-file (Slurm's env.c): refused rather than lost
 _EXPORT_FILE_DROPS = ("DISPLAY", "ENVIRONMENT", "HOSTNAME")
-
-
-_OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*")
-
-
-def directive_value(value: str, option: str = "") -> str:
-    """*value* as one argument of a ``#SBATCH`` line that sbatch's ``get_argument`` reads back exactly.
-
-    plan.py already refuses quotes, backslashes and control characters in these values; this is the second
-    line of defence: a control character (which would end or split the line) is refused here too, and any
-    character sbatch's parser treats specially (blank, ``#``, quotes, backslash) is quoted and escaped.
-    """
-    if has_control(value):
-        raise InvalidSpec(f"#SBATCH --{option}" if option else "#SBATCH", value,
-                          "a #SBATCH value must be one line without control characters")
-    if not re.search(r"[\s#\"'\\]", value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def tasks_per_node(plan: LaunchPlan) -> int:
@@ -170,14 +154,10 @@ def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
 
 
 def _gres(value: str | None) -> list[GresItem]:
-    from bridge.convert.sbatch.values import gres_items
-
     return gres_items(value) if value else []
 
 
 def _spelled_gpus_per_node(option: str, value: str, nodes: int) -> int | None:
-    from bridge.convert.sbatch.values import gpu_counts
-
     if option == "gres":
         counts = [int(item.count) for item in _gres(value) if item.name == "gpu" and item.count.isdigit()]
         return sum(counts) if counts else None
@@ -244,8 +224,6 @@ def directives(plan: LaunchPlan) -> list[tuple[str, str | None]]:
     if plan.suspend:
         options.append(("hold", None))
     if knobs.sbatch_extra:
-        from bridge.convert.sbatch.parse import passthrough_value
-
         # a flag passed through as "true" is written bare (--requeue), as sbatch takes it
         options.extend((name, passthrough_value(name, value)) for name, value in knobs.sbatch_extra
                        if name != "comment")
@@ -280,10 +258,9 @@ def render_script(plan: LaunchPlan) -> str:
     check_identity(plan)
     check_shell_env(plan)
     lines = ["#!/bin/bash"]
-    for name, value in directives(plan):
-        if not _OPTION_NAME.fullmatch(name):
-            raise InvalidSpec("#SBATCH", name, "not an sbatch long option name")
-        lines.append(f"#SBATCH --{name}" if value is None else f"#SBATCH --{name}={directive_value(value, name)}")
+    # the planner already refuses quotes, backslashes and control characters in these values; the writer is the
+    # second line of defence: it refuses what would end or split the line and quotes what sbatch reads specially
+    lines.extend(directive_line(name, value) for name, value in directives(plan))
     lines.append("")
     lines.append(comment(f"# hpc-bridge {__version__}: TrainJob {plan.namespace}/{plan.name} (runtime "
                          f"{plan.runtime_name}) on cluster {plan.cluster}. Generated; re-render instead of editing."))

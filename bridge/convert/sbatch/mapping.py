@@ -31,8 +31,16 @@ from bridge.api.loader import invalid_from_validation
 from bridge.api.runtime import ClusterTrainingRuntime
 from bridge.api.trainjob import API_VERSION, MANAGED_BY_BRIDGE, RFC1035_LABEL, TrainJob
 from bridge.convert.sbatch.body import parse_exec_body, script_command
-from bridge.convert.sbatch.parse import Directive, SbatchRequest, bridge_directives
-from bridge.convert.sbatch.values import (
+from bridge.errors import InvalidSpec
+from bridge.plan import (
+    backend_options,
+    parse_slurm_layout,
+    slurm_layout_counts,
+    slurm_layout_text,
+)
+from bridge.sbatch.directives import Directive, SbatchRequest
+from bridge.sbatch.script import bridge_directives
+from bridge.sbatch.values import (
     BadValue,
     gpu_counts,
     gres_items,
@@ -40,13 +48,6 @@ from bridge.convert.sbatch.values import (
     positive_int,
     size_mb,
     time_seconds,
-)
-from bridge.errors import InvalidSpec
-from bridge.plan import (
-    backend_options,
-    parse_slurm_layout,
-    slurm_layout_counts,
-    slurm_layout_text,
 )
 
 _T = TypeVar("_T")

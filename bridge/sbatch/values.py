@@ -1,8 +1,9 @@
 """Slurm's value grammars, as sbatch 22.05 reads them: time limits, sizes, node counts, GPU counts, GRES lists,
 job arrays.
 
-Both the option checks in ``parse`` and the mapping to TrainJob fields in ``mapping`` read values through these
-functions, so a value means the same thing in both. ``slurm_time`` writes what ``time_seconds`` reads.
+The option checks (``bridge.sbatch.options``), the planner and the conversion to a TrainJob
+(``bridge.convert.sbatch.mapping``) read values through these functions, so a value means the same thing to each.
+``slurm_time`` writes what ``time_seconds`` reads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 
 
 class BadValue(Exception):
-    """A value problem inside this package; always turned into InvalidSpec before it leaves."""
+    """A value that does not fit its grammar; whoever reads the value turns it into an InvalidSpec that names
+    where the value came from."""
 
 
 #: Slurm's largest MaxArraySize is 4,000,001, so no array index is above 4,000,000
