@@ -14,8 +14,8 @@ from bridge.errors import InvalidSpec
 if TYPE_CHECKING:
     from bridge.api.loader import Resource
     from bridge.api.trainjob import TrainJob
-    from bridge.convert.sbatch.parse import SbatchRequest
     from bridge.plan import BatchScript
+    from bridge.sbatch.directives import SbatchRequest
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
     notes.extend(converted_notes)
     if sbatch_flags:
         from bridge.api.trainjob import TrainJob
-        from bridge.convert.sbatch import apply_flags, parse_flags
+        from bridge.convert.sbatch import apply_flags
+        from bridge.sbatch.directives import parse_flags
 
         flags = parse_flags(sbatch_flags)
         converted = []
@@ -123,8 +124,10 @@ def _load_documents(text: str, source: str) -> tuple[list[Resource], list[str]]:
 
 def _read_script(text: str, source: str, path: str | None, sbatch_flags: Sequence[str]) -> Input:
     """A batch script: the TrainJob it means, for every backend, and the script itself, for Slurm."""
-    from bridge.convert.sbatch import merge, parse_flags, parse_script, to_trainjob
+    from bridge.convert.sbatch import to_trainjob
     from bridge.plan import BatchScript
+    from bridge.sbatch.directives import merge, parse_flags
+    from bridge.sbatch.script import parse_script
 
     request = parse_script(text, source)
     if sbatch_flags:
