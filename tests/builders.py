@@ -36,21 +36,23 @@ def cluster(kind: str = "slurm", name: str = "hpc", **spec: Any) -> BridgeCluste
 
 
 def trainjob_doc(name: str = "train", *, runtime: str = "torch-distributed", namespace: str | None = None, uid: str | None = None,
-                 annotations: dict[str, str] | None = None, trainer: dict[str, Any] | None = None,
-                 **spec: Any) -> dict[str, Any]:
+                 annotations: dict[str, str] | None = None, metadata: dict[str, Any] | None = None,
+                 trainer: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
     """A TrainJob as the decoded YAML document: *name* on the runtime named *runtime*; metadata and
-    ``spec.trainer`` only where given; *spec* adds to its spec (``runtimePatches=…``, ``suspend=…``)."""
-    metadata: dict[str, Any] = {"name": name}
+    ``spec.trainer`` only where given (*metadata*: other fields, ``labels``, ``finalizers``…); *spec* adds to
+    its spec (``runtimePatches=…``, ``suspend=…``)."""
+    meta: dict[str, Any] = {"name": name}
     if namespace is not None:
-        metadata["namespace"] = namespace
+        meta["namespace"] = namespace
     if uid is not None:
-        metadata["uid"] = uid
+        meta["uid"] = uid
+    meta.update(metadata or {})
     if annotations is not None:
-        metadata["annotations"] = annotations
+        meta["annotations"] = annotations
     body: dict[str, Any] = {"runtimeRef": {"name": runtime}}
     if trainer is not None:
         body["trainer"] = trainer
-    return {"apiVersion": TRAINJOB_API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": {**body, **spec}}
+    return {"apiVersion": TRAINJOB_API_VERSION, "kind": "TrainJob", "metadata": meta, "spec": {**body, **spec}}
 
 
 def trainjob(name: str = "train", **fields: Any) -> TrainJob:

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from bridge import service
-from bridge.api.cluster import BridgeCluster
 from bridge.api.loader import to_yaml
 from bridge.errors import InvalidSpec
 from bridge.mpi.discovery import Topology
 from bridge.mpi.launchers import tf_config
+from tests.builders import cluster
 
 CASES = Path(__file__).resolve().parent.parent / "cases" / "v1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,9 +31,8 @@ def test_conversion_matches_golden(case: str, golden) -> None:
     # allows the v1 job's ServiceAccount)
     for backend in ("slurm", "flux"):
         service.prepare(source, to=backend)
-    service.prepare(source, cluster="k8s", configured={"k8s": BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "k8s"},
-        "spec": {"type": "kubernetes", "kubernetes": {"podPolicy": {"serviceAccountNames": ["trainer"]}}}})})
+    service.prepare(source, cluster="k8s", configured={"k8s": cluster(
+        "kubernetes", "k8s", kubernetes={"podPolicy": {"serviceAccountNames": ["trainer"]}})})
 
 
 def test_every_field_of_the_v1_job_is_carried_or_reported() -> None:

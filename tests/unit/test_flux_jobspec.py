@@ -41,14 +41,13 @@ def test_gpus_reach_every_task_flux_starts() -> None:
 
     from bridge.adapters.flux.render import batch_script, direct_jobspec
     from bridge.api.catalog import builtin_runtimes
-    from bridge.api.cluster import BridgeCluster
     from bridge.api.loader import load_file
     from bridge.mpi import launchers
     from bridge.mpi.discovery import Topology
     from bridge.plan import find_runtime, resolve
+    from tests.builders import cluster as build_cluster
 
-    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                            "metadata": {"name": "f"}, "spec": {"type": "flux"}})
+    cluster = build_cluster("flux", "f")
     trainjob = load_file(GOLDEN.parent / "cases" / "flux-2x4.yaml")[0]
     plan = resolve(trainjob, find_runtime(trainjob, builtin_runtimes()), cluster)
     even = direct_jobspec(plan)["resources"][0]["with"][0]

@@ -15,6 +15,7 @@ from bridge.api.catalog import load_runtimes
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
+from tests import builders
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,15 +30,11 @@ TORCH_RUNTIME = {
 
 
 def cluster(kind: str = "slurm", **defaults) -> BridgeCluster:
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": kind}, "spec": {"type": kind, "defaults": defaults}})
+    return builders.cluster(kind, kind, defaults=defaults)
 
 
 def trainjob(spec: dict | None = None, trainer: dict | None = None):
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-           "spec": {"runtimeRef": {"name": "torch-like"}, **({"trainer": trainer} if trainer is not None else {}),
-                    **(spec or {})}}
-    return load_documents(yaml.safe_dump(doc))[0]
+    return builders.trainjob("j", runtime="torch-like", trainer=trainer, **(spec or {}))
 
 
 def runtime():
@@ -89,9 +86,7 @@ def test_skipped_documents_are_said_at_debug_level(tmp_path: Path) -> None:
     write(folder / "kustomization.yaml", [{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}])
     write(folder / "torch.yaml", [TORCH_RUNTIME])
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                   "metadata": {"name": "j"}, "spec": {"runtimeRef": {"name": "torch-like"},
-                                                                       "trainer": {"command": ["x"]}}}))
+    job.write_text(yaml.safe_dump(builders.trainjob_doc("j", runtime="torch-like", trainer={"command": ["x"]})))
     argv = [sys.executable, "-m", "bridge", "render", str(job), "--to", "kubernetes", "--runtimes", str(folder)]
     quiet = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert quiet.returncode == 0 and quiet.stderr == ""
@@ -139,12 +134,9 @@ def test_no_command_runs_the_image_entrypoint_on_kubernetes_only() -> None:
      "spec.mlPolicy.torch.numProcPerNode", "spec.trainer.numProcPerNode"),
     ({**TORCH_RUNTIME, "spec": {"mlPolicy": {"torch": {"elasticPolicy": {"maxRestarts": 3}}}}},
      "spec.mlPolicy.torch.elasticPolicy", "removed in Trainer v2.2"),
-    ({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-      "spec": {"runtimeRef": {"name": "x"}, "podTemplateOverrides": []}}, "spec.podTemplateOverrides", "runtimePatches"),
-    ({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-      "spec": {"runtimeRef": {"name": "x"}, "labels": {"a": "b"}}}, "spec.labels", "runtimePatches"),
-    ({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-      "spec": {"runtimeRef": {"name": "x"}, "trainer": {"numProcPerNode": "auto"}}}, "spec.trainer.numProcPerNode",
+    (builders.trainjob_doc("j", runtime="x", podTemplateOverrides=[]), "spec.podTemplateOverrides", "runtimePatches"),
+    (builders.trainjob_doc("j", runtime="x", labels={"a": "b"}), "spec.labels", "runtimePatches"),
+    (builders.trainjob_doc("j", runtime="x", trainer={"numProcPerNode": "auto"}), "spec.trainer.numProcPerNode",
      "an integer since Trainer v2.2"),
 ])
 def test_fields_of_older_releases_point_to_their_replacement(doc: dict, field: str, hint: str) -> None:
@@ -208,11 +200,9 @@ def test_torchtune_tune_run_gets_kubeflows_recipe_arguments(gpus, nodes, args, e
     rt = _runtime_named("torchtune-llama3.2-1b", {"containers": [{"name": "node", "image": "tune:1", "command": [
         "tune", "run", "--rdzv_endpoint=localhost:29500", "full_finetune_distributed", "--config", "llama3_2/1B_full",
         "dataset.source=parquet", "output_dir=/workspace/output", "tokenizer.path=/workspace/model/t.model"]}]})
-    job = load_documents(yaml.safe_dump({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
-        "spec": {"runtimeRef": {"name": "torchtune-llama3.2-1b"}, "trainer": {
-            "command": ["tune", "run"], "args": args, "numNodes": nodes,
-            "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}}))[0]
+    job = builders.trainjob("j", runtime="torchtune-llama3.2-1b", trainer={
+        "command": ["tune", "run"], "args": args, "numNodes": nodes,
+        "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}})
     pod = jobset(resolve(job, rt, cluster("kubernetes")))[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     node = pod["spec"]["containers"][0]
     # the runtime's fixed paths stay; its other items are the TrainJob's to give
@@ -229,9 +219,7 @@ def test_env_injection_reaches_the_named_containers() -> None:
 
     pod = {"initContainers": [{"name": "preflight", "image": "b"}], "containers": [{"name": "node", "image": "p"}]}
     policy = {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["preflight"]}]}}
-    job = load_documents(yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                         "metadata": {"name": "j"}, "spec": {"runtimeRef": {"name": "inj"},
-                                                                             "trainer": {"command": ["torchrun"]}}}))[0]
+    job = builders.trainjob("j", runtime="inj", trainer={"command": ["torchrun"]})
     rendered = jobset(resolve(job, _runtime_named("inj", pod, policy), cluster("kubernetes")))[0]
     init = rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["initContainers"][0]
     assert {e["name"] for e in init["env"]} == {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
@@ -252,15 +240,11 @@ def test_a_gang_policy_is_honoured_or_refused_and_met_by_an_allocation_elsewhere
         resolve(job, gang, cluster("kubernetes"))
     assert excinfo.value.field == "runtime torch-like: spec.podGroupPolicy.coscheduling"
     assert "cluster 'kubernetes' has no gang scheduler" in excinfo.value.problem
-    volcano_cluster = BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "vk"},
-        "spec": {"type": "kubernetes", "kubernetes": {"gangScheduler": "volcano"}}})
+    volcano_cluster = builders.cluster("kubernetes", "vk", kubernetes={"gangScheduler": "volcano"})
     with pytest.raises(InvalidSpec, match="cluster 'vk' has volcano"):
         resolve(job, gang, volcano_cluster)
     # a cluster that has it: the PodGroup (first) and every pod in it, as Kubeflow's plugin makes them
-    cosched = BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "ck"},
-        "spec": {"type": "kubernetes", "kubernetes": {"gangScheduler": "coscheduling"}}})
+    cosched = builders.cluster("kubernetes", "ck", kubernetes={"gangScheduler": "coscheduling"})
     group, rendered = render_objects(resolve(job, gang, cosched))
     assert group == {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                      "metadata": {"name": "j", "namespace": "default", "labels": group["metadata"]["labels"]},

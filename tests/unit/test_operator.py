@@ -281,12 +281,9 @@ def test_migrate_to_on_a_trainjob_with_nothing_running_elsewhere_moves_nothing()
 
     class Api(FakeApi):
         def clusters(self):
-            from bridge.api.cluster import BridgeCluster
+            from tests.builders import cluster
 
-            return {name: BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                                        "metadata": {"name": name},
-                                                        "spec": {"type": "slurm", "allowedNamespaces": ["ns"]}})
-                    for name in ("a", "b")}
+            return {name: cluster("slurm", name, allowedNamespaces=["ns"]) for name in ("a", "b")}
 
         def runtime(self, namespace, kind, name):
             return None

@@ -112,11 +112,9 @@ class FakeCustom:
 
 def _adapter(core: FakeCore):
     from bridge.adapters.kubernetes import KubernetesAdapter
-    from bridge.api.cluster import BridgeCluster
+    from tests.builders import cluster
 
-    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                            "metadata": {"name": "pods"}, "spec": {"type": "kubernetes"}})
-    adapter = KubernetesAdapter(cluster)
+    adapter = KubernetesAdapter(cluster("kubernetes", "pods"))
     adapter._core = lambda: core  # type: ignore[method-assign]
     adapter._custom = lambda: FakeCustom()  # type: ignore[method-assign]
     return adapter

@@ -16,6 +16,7 @@ from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster, Tenant
 from bridge.errors import BackendRejected, InvalidSpec
 from bridge.plan import find_runtime, resolve
+from tests import builders
 from tests.unit.test_render_golden import CASES
 
 
@@ -25,20 +26,17 @@ def cluster(namespace: str | None = None, **policy) -> BridgeCluster:
         kube["namespace"] = namespace
     if policy:
         kube["podPolicy"] = policy
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": "k8s"}, "spec": {"type": "kubernetes",
-                                                                               "kubernetes": kube}})
+    return builders.cluster("kubernetes", "k8s", kubernetes=kube)
 
 
 def trainjob(pod: dict | None = None, *, name: str = "train", namespace: str = "team-a",
              runtime: str = "torch-distributed", job: str = "node", uid: str | None = None, **trainer):
-    spec: dict = {"runtimeRef": {"name": runtime}, "trainer": {"command": ["python3", "train.py"], **trainer}}
+    spec: dict = {}
     if pod is not None:
         spec["runtimePatches"] = [{"manager": "example.io/tenant", "trainingRuntimeSpec": {"template": {"spec": {
             "replicatedJobs": [{"name": job, "template": {"spec": {"template": {"spec": pod}}}}]}}}}]
-    metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
-    return load_documents(yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                          "metadata": metadata, "spec": spec}))[0]
+    return builders.trainjob(name, runtime=runtime, namespace=namespace, uid=uid or None,
+                             trainer={"command": ["python3", "train.py"], **trainer}, **spec)
 
 
 def as_tenant(on: BridgeCluster, namespace: str) -> tuple[BridgeCluster, Tenant | None]:

@@ -17,6 +17,7 @@ from bridge.api.cluster import BridgeCluster
 from bridge.api.loader import load_file
 from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
+from tests import builders
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 CASE_NAMES = ["torch-cpu-2nodes", "mpi-4x2-openmpi", "gpu-8x4-queue", "hostile", "flux-2x4", "steps-script",
@@ -32,13 +33,12 @@ STAGING_DIR = "/shared/hpcbridge staging"
 
 
 def cluster(kind: str, case: str = "") -> BridgeCluster:
-    spec: dict = {"type": kind}
+    spec: dict = {}
     if kind != "kubernetes":
         spec["stagingDir"] = STAGING_DIR
     if kind == "kubernetes" and case in KUBERNETES:
         spec["kubernetes"] = KUBERNETES[case]
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": f"test-{kind}"}, "spec": spec})
+    return builders.cluster(kind, f"test-{kind}", **spec)
 
 
 def plan_for(case: str, kind: str):
