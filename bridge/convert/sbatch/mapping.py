@@ -164,14 +164,7 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
     list, an option whose value sbatch takes but no TrainJob annotation can carry (quotes, backslashes) is
     left out and listed there instead: the script can still run as it is, on Slurm.
     """
-    body = script_body if script_body is not None else request.body
-    if request.components:
-        raise InvalidSpec(f"#SBATCH line {request.hetjob_line}", "hetjob",
-                          f"a heterogeneous job ({1 + len(request.components)} components) has no TrainJob form; "
-                          "it runs only on a Slurm cluster, as the script it is (hpcbridge submit FILE --cluster "
-                          "<slurm cluster>)", source=request.source)
-    if body is None:
-        raise InvalidSpec("script", None, "no script body to run", source=request.source)
+    body = _convertible_body(request, script_body)
     conv = _Conversion(request, uncarried)
     conv.exclusive(("mem", "mem-per-cpu", "mem-per-gpu"), "--mem, --mem-per-cpu and --mem-per-gpu are mutually "
                    "exclusive")
@@ -183,10 +176,42 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
     image = bridge_directives(body, request.source).get("image")
     if image:
         trainer["image"] = image
-    spec: dict[str, Any] = {}
-
     nodes_fixed, tasks = _layout(conv, trainer, own_layout=runtime == SBATCH_RUNTIME)
+    requests = _resource_requests(conv, nodes_fixed, tasks)
+    if requests:
+        trainer["resourcesPerNode"] = {"requests": requests}
+    spec = _time_and_hold(conv)
+    _knobs(conv)
+    for option, directive in request.options.items():
+        if option not in conv.handled:
+            conv.passthrough(option, directive.value)
+    trainer.update(_trainer_command(body, name))
+    spec.update({"runtimeRef": {"name": runtime}, "managedBy": MANAGED_BY_BRIDGE, "trainer": trainer})
+    metadata: dict[str, Any] = {"name": name}
+    if conv.annotations:
+        metadata["annotations"] = dict(sorted(conv.annotations.items()))
+    document = {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}
+    try:
+        return TrainJob.model_validate(document), conv.report
+    except ValidationError as exc:
+        raise invalid_from_validation(exc, source=request.source) from None
 
+
+def _convertible_body(request: SbatchRequest, script_body: str | None) -> str:
+    """The body to run, once the request is one a TrainJob can say (one component, a body)."""
+    body = script_body if script_body is not None else request.body
+    if request.components:
+        raise InvalidSpec(f"#SBATCH line {request.hetjob_line}", "hetjob",
+                          f"a heterogeneous job ({1 + len(request.components)} components) has no TrainJob form; "
+                          "it runs only on a Slurm cluster, as the script it is (hpcbridge submit FILE --cluster "
+                          "<slurm cluster>)", source=request.source)
+    if body is None:
+        raise InvalidSpec("script", None, "no script body to run", source=request.source)
+    return body
+
+
+def _resource_requests(conv: _Conversion, nodes_fixed: int | None, tasks: int | None) -> dict[str, str]:
+    """resourcesPerNode.requests from --cpus-per-task (times the tasks per node), --mem and the GPU options."""
     requests: dict[str, str] = {}
     cpus = conv.value("cpus-per-task", positive_int)
     if cpus is not None:
@@ -195,13 +220,16 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
     if mem:
         requests["memory"] = _quantity_mib(mem)
     elif mem == 0:
-        conv.passthrough("mem", request.get("mem"), "--mem=0 asks for all of a node's memory, not a quantity")
+        conv.passthrough("mem", conv.request.get("mem"), "--mem=0 asks for all of a node's memory, not a quantity")
     gpus = _gpus_per_node(conv, nodes_fixed)
     if gpus:
         requests[GPU_RESOURCE] = str(gpus)
-    if requests:
-        trainer["resourcesPerNode"] = {"requests": requests}
+    return requests
 
+
+def _time_and_hold(conv: _Conversion) -> dict[str, Any]:
+    """The spec's activeDeadlineSeconds (--time) and suspend (--hold)."""
+    request, spec = conv.request, {}
     if "time" in request:
         seconds = conv.value("time", time_seconds)
         if seconds is None:
@@ -212,7 +240,12 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
     if "hold" in request:
         spec["suspend"] = True
         conv.report.append("--hold: the TrainJob is created suspended (spec.suspend: true)")
+    return spec
 
+
+def _knobs(conv: _Conversion) -> None:
+    """The scheduler knobs hpc-bridge has annotations for (``_KNOB_OPTIONS``, whole-node --exclusive)."""
+    request = conv.request
     for option, knob in _KNOB_OPTIONS.items():
         conv.handled.add(option)
         value = request.get(option)
@@ -232,27 +265,15 @@ def to_trainjob(request: SbatchRequest, script_body: str | None = None, name: st
         else:
             conv.passthrough("exclusive", value, "only whole-node --exclusive has an annotation")
 
-    for option, directive in request.options.items():
-        if option not in conv.handled:
-            conv.passthrough(option, directive.value)
 
+def _trainer_command(body: str, name: str) -> dict[str, Any]:
+    """The trainer's command (and env) that runs *body*: the one command a script only execs, else the script."""
     exec_form = parse_exec_body(body)
-    if exec_form is not None:
-        # a script that only execs one command (``exec python3 train.py``) is that command
-        trainer["command"], env = exec_form
-        if env:
-            trainer["env"] = [{"name": n, "value": v} for n, v in env]
-    else:
-        trainer["command"] = script_command(body, name)
-    spec.update({"runtimeRef": {"name": runtime}, "managedBy": MANAGED_BY_BRIDGE, "trainer": trainer})
-    metadata: dict[str, Any] = {"name": name}
-    if conv.annotations:
-        metadata["annotations"] = dict(sorted(conv.annotations.items()))
-    document = {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}
-    try:
-        return TrainJob.model_validate(document), conv.report
-    except ValidationError as exc:
-        raise invalid_from_validation(exc, source=request.source) from None
+    if exec_form is None:
+        return {"command": script_command(body, name)}
+    # a script that only execs one command (``exec python3 train.py``) is that command
+    command, env = exec_form
+    return {"command": command, **({"env": [{"name": n, "value": v} for n, v in env]} if env else {})}
 
 
 def _layout(conv: _Conversion, trainer: dict[str, Any], own_layout: bool) -> tuple[int | None, int | None]:
