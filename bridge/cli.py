@@ -14,8 +14,9 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from bridge.adapters import REGISTRY
 from bridge.annotations import CHECKPOINT_ANNOTATION, CLUSTER_ANNOTATION
@@ -132,7 +133,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     plan = prepared.plan
     if prepared.elements:
         return _submit_array(prepared, args)
-    if plan.backend == "local":
+    if prepared.adapter.capabilities.foreground:
         return _run_here(prepared)
     submitted = service.submit(prepared, if_finished="rerun" if args.rerun else "error", retry=_retry(),
                                on_wait=_waiting)
@@ -146,8 +147,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return service.exit_code(service.Follow(prepared.adapter, submitted.ref, on_change=_show_change).run())
 
 
+@contextmanager
+def _interrupts_call(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Ctrl-C and SIGTERM call *handler* while the block runs: a job in the foreground is cancelled."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
+
+
 def _run_here(prepared: Prepared) -> int:
-    """The local cluster runs the job in the foreground: Ctrl-C (or SIGTERM) cancels it."""
+    """A backend whose jobs run in the process that submits (``Capabilities.foreground``: the local cluster)
+    runs the job in the foreground: Ctrl-C (or SIGTERM) cancels it."""
     from bridge import service
 
     # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
@@ -157,25 +170,20 @@ def _run_here(prepared: Prepared) -> int:
         raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
                          f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
                          ref.job_id, "Running")
-    stop = lambda signum, _frame: adapter.cancel(ref)  # noqa: E731 - one-line signal bridge
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)):
         status = adapter.wait(ref)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
           file=sys.stderr)
     return service.exit_code(status)
 
 
 def _submit_array(prepared: Prepared, args: argparse.Namespace) -> int:
-    """A job array on a backend without arrays: its elements in order (the local cluster runs them here, in the
-    foreground), each id printed as it is sent; with --wait (always, locally) the worst element's exit code."""
+    """A job array on a backend without arrays: its elements in order (a foreground backend runs them here),
+    each id printed as it is sent; with --wait (always, in the foreground) the worst element's exit code."""
     from bridge import service
 
     adapter, plan = prepared.adapter, prepared.plan
-    local = plan.backend == "local"
+    foreground = adapter.capabilities.foreground
     sent: list[Submitted] = []
 
     def sent_one(submitted: Submitted) -> None:
@@ -187,24 +195,19 @@ def _submit_array(prepared: Prepared, args: argparse.Namespace) -> int:
             adapter.cancel(submitted.ref)
         raise SystemExit(130)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)} if local else {}
-    try:
-        service.submit_array(prepared, if_finished="rerun" if local or args.rerun else "error", retry=_retry(),
-                             on_wait=_waiting,
-                             on_sent=sent_one)
-        if not (local or args.wait):
+    with _interrupts_call(stop) if foreground else nullcontext():
+        service.submit_array(prepared, if_finished="rerun" if foreground or args.rerun else "error", retry=_retry(),
+                             on_wait=_waiting, on_sent=sent_one)
+        if not (foreground or args.wait):
             return 0
         codes = []
         for submitted in sent:
-            status = adapter.wait(submitted.ref) if local else service.Follow(
+            status = adapter.wait(submitted.ref) if foreground else service.Follow(
                 adapter, submitted.ref, on_change=_show_change).run()
             print(f"hpcbridge: {plan.namespace}/{submitted.ref.name} {status.state.value} (exit code "
                   f"{status.exit_code})", file=sys.stderr)
             codes.append(service.exit_code(status))
         return max(codes)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _show_change(status: JobStatus) -> None:
@@ -432,24 +435,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hpcbridge", description="Run one Kubeflow TrainJob on Slurm, Flux, Kubernetes or this machine.")
     parser.add_argument("--version", action="version", version=f"hpcbridge {_version()}")
     sub = parser.add_subparsers(dest="command_name", required=True, parser_class=_Parser)
+    # in the order `hpcbridge --help` lists them
+    _add_input_commands(sub)
+    _add_job_commands(sub)
+    _add_node_commands(sub)
+    _add_service_commands(sub)
+    return parser
 
-    def common(p: argparse.ArgumentParser, cluster: bool = True) -> None:
-        if cluster:
-            p.add_argument("--cluster", "-c", help="target cluster, or auto: the one that starts it soonest "
-                                                   f"(default: the TrainJob's {CLUSTER_ANNOTATION} annotation, its "
-                                                   "runtime's, else local)")
-            p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
-        p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
 
+class Subparsers(Protocol):
+    """What add_subparsers gives: a parser per subcommand."""
+
+    def add_parser(self, name: str, *, help: str) -> _Parser: ...
+
+
+def _cluster_options(p: argparse.ArgumentParser, *flags: str) -> None:
+    p.add_argument("--cluster", *flags, help="target cluster, or auto: the one that starts it soonest (default: the "
+                                             f"TrainJob's {CLUSTER_ANNOTATION} annotation, its runtime's, else local)")
+    p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
+
+
+def _output_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
+
+
+def _add_input_commands(sub: Subparsers) -> None:
+    """The commands that read a TrainJob or batch script: validate, render, submit, convert."""
     p = sub.add_parser("validate", help="check files the way submit would, without contacting a backend")
     p.add_argument("files", nargs="+", help="YAML files ('-' for stdin)")
-    common(p)
+    _cluster_options(p, "-c")
+    _output_option(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("render", help="print exactly what submit would send")
     p.add_argument("file", help="TrainJob YAML ('-' for stdin)")
     p.add_argument("--to", choices=tuple(REGISTRY), help="render for a backend type instead of a configured cluster")
-    common(p)
+    _cluster_options(p, "-c")
+    _output_option(p)
     p.set_defaults(func=cmd_render)
 
     # submit and convert take sbatch's own flags (-N, -n, -c, -t, -p, -o, ...) after the file, so their own
@@ -461,9 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
     p.add_argument("--rerun", action="store_true", help="run again a TrainJob whose job already finished "
                                                         "(without it, submitting a finished TrainJob is an error)")
-    p.add_argument("--cluster", help="target cluster, or auto: the one that starts it soonest (default: the "
-                                     f"TrainJob's {CLUSTER_ANNOTATION} annotation, its runtime's, else local)")
-    p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
+    _cluster_options(p)
     p.add_argument("--queue", help="Kubernetes: the Kueue LocalQueue the JobSet waits in (default: the TrainJob's "
                                    "kueue.x-k8s.io/queue-name label, else the cluster's spec.kubernetes.queue)")
     p.add_argument("--format", choices=OUTPUTS, default="text", help="how --dry-run prints the artifact")
@@ -475,22 +495,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
     p.set_defaults(func=cmd_convert, sbatch_flags_allowed=True)
 
-    def job_command(name: str, help_text: str, func: Callable[[argparse.Namespace], int], many: bool = True,
-                    ) -> _Parser:
-        p = sub.add_parser(name, help=help_text)
-        if many:
-            p.add_argument("jobs", nargs="+", help="backend job ids")
-        p.add_argument("--cluster", "-c", help="cluster name (default: $HPCBRIDGE_CLUSTER, or the only remote one)")
-        p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
-        p.set_defaults(func=func)
-        return p
 
-    job_command("status", "states of jobs", cmd_status)
-    job_command("list", "jobs hpc-bridge submitted to a cluster", cmd_list, many=False)
-    p = job_command("cancel", "cancel jobs", cmd_cancel)
+def _job_command(sub: Subparsers, name: str, help_text: str, func: Callable[[argparse.Namespace], int],
+                 many: bool = True) -> _Parser:
+    p = sub.add_parser(name, help=help_text)
+    if many:
+        p.add_argument("jobs", nargs="+", help="backend job ids")
+    p.add_argument("--cluster", "-c", help="cluster name (default: $HPCBRIDGE_CLUSTER, or the only remote one)")
+    _output_option(p)
+    p.set_defaults(func=func)
+    return p
+
+
+def _add_job_commands(sub: Subparsers) -> None:
+    """The commands about submitted jobs (status, list, cancel, logs, migrate) and the clusters."""
+    _job_command(sub, "status", "states of jobs", cmd_status)
+    _job_command(sub, "list", "jobs hpc-bridge submitted to a cluster", cmd_list, many=False)
+    p = _job_command(sub, "cancel", "cancel jobs", cmd_cancel)
     p.add_argument("--signal", help="send this signal first (e.g. TERM, USR1)")
     p.add_argument("--grace", type=float, help="seconds to wait after --signal before the hard cancel")
-    p = job_command("logs", "print a job's output", cmd_logs, many=False)
+    p = _job_command(sub, "logs", "print a job's output", cmd_logs, many=False)
     p.add_argument("job", help="backend job id")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
 
@@ -506,9 +530,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("clusters", help="list the configured clusters (the built-in local one included)")
     p.add_argument("check", nargs="?", choices=["check"], help="also reach every cluster once")
-    common(p, cluster=False)
+    _output_option(p)
     p.set_defaults(func=cmd_clusters)
 
+
+def _add_node_commands(sub: Subparsers) -> None:
+    """What a job runs on its nodes: launch, stage, initialize."""
     p = sub.add_parser("launch", help="run on every node of an allocation: discover peers, start the launcher")
     p.add_argument("--launcher", default="plain", help="openmpi, mpich, intel, torchrun, plain, flux or script "
                                                        "(a batch script, with srun and scontrol shims)")
@@ -557,6 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--into", help="where to (default /workspace/<role>)")
     p.set_defaults(func=cmd_initialize)
 
+
+def _add_service_commands(sub: Subparsers) -> None:
+    """What a cluster's keepers run: the staging cache, the operator."""
     p = sub.add_parser("cache", help="the staging cache of a cluster: list its entries, prune unused ones")
     p.add_argument("action", choices=("list", "prune"))
     p.add_argument("--cluster", "-c", help="whose stagingDir (default: the local cluster's)")
@@ -564,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--older-than", type=_duration, help="prune: entries unused this long (30m, 12h, 7d)")
     p.add_argument("--all", action="store_true", help="prune: every entry not in use right now")
     p.add_argument("--dry-run", action="store_true", help="prune: say what would go, remove nothing")
-    p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
+    _output_option(p)
     p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("operator", help="run the Kubernetes operator: TrainJobs with spec.managedBy "
@@ -579,7 +609,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-token-file", metavar="PATH",
                    help="bearer token /metrics asks for (default $HPCBRIDGE_METRICS_TOKEN_FILE)")
     p.set_defaults(func=cmd_operator)
-    return parser
 
 
 def cmd_operator(args: argparse.Namespace) -> int:

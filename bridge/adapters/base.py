@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 import signal as _signal
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -137,6 +138,9 @@ class Capabilities:
     #: a batch script is sent as it is, with its own directives (``LaunchPlan.batch_script``); backends
     #: without this run what the script means, and refuse a script that has no TrainJob form
     batch_scripts: bool = False
+    #: the job runs in the process that submits it, which must stay until it ends: a front end waits for it
+    #: there and cancels it on Ctrl-C (the local cluster)
+    foreground: bool = False
 
 
 @dataclass(frozen=True)
@@ -244,9 +248,10 @@ class Adapter(ABC):
         or raises BackendUnavailable, when the connection does. None where jobs are only polled."""
         return None
 
-    @abstractmethod
     def wait(self, ref: JobRef, timeout: float | None = None) -> JobStatus:
-        """Block until the job ends (or *timeout* seconds pass: then its current status)."""
+        """Block until the job ends (or *timeout* seconds pass: then its current status). Here: one batched
+        poll a second, for backends with nothing to block on; a backend that can block overrides it."""
+        return poll_until_finished(lambda: self.poll([ref])[ref], interval=1.0, timeout=timeout)
 
     @abstractmethod
     def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
@@ -293,6 +298,23 @@ class Adapter(ABC):
 
     def unsupported(self, operation: str, why: str) -> Unsupported:
         return Unsupported(self.backend, f"{operation}: {why}")
+
+
+def poll_until_finished(read: Callable[[], JobStatus], *, interval: float, timeout: float | None = None,
+                        on_status: Callable[[JobStatus], None] | None = None,
+                        clock: Callable[[], float] = time.monotonic,
+                        sleep: Callable[[float], None] = time.sleep) -> JobStatus:
+    """The one wait loop: *read* a job's status every *interval* seconds until it ends, or until *timeout*
+    seconds passed (then its status then); *on_status* sees every reading. ``Adapter.wait`` and the
+    orchestration layer's ``Follow`` both wait through it."""
+    give_up = None if timeout is None else clock() + timeout
+    while True:
+        status = read()
+        if on_status is not None:
+            on_status(status)
+        if status.state.finished or (give_up is not None and clock() >= give_up):
+            return status
+        sleep(interval)
 
 
 def set_options(plan: LaunchPlan) -> list[tuple[str, object]]:

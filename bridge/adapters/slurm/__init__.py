@@ -323,15 +323,6 @@ class SlurmAdapter(Adapter):
         else:
             self._check(self.transport.run(["scancel", ref.job_id]), "scancel")
 
-    def wait(self, ref: JobRef, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
-        """Slurm has no event stream to block on: one batched-poll call per interval until the job ends."""
-        give_up = None if timeout is None else time.monotonic() + timeout
-        while True:
-            status = self.poll([ref])[ref]
-            if status.state.finished or (give_up is not None and time.monotonic() >= give_up):
-                return status
-            time.sleep(poll_interval)
-
     def output_path(self, ref: JobRef) -> str | None:
         self.check_job_id(ref.job_id)
         if self.rest is not None:
