@@ -70,16 +70,18 @@ class Follow:
     sleep: Callable[[float], None] = time.sleep
 
     def run(self) -> JobStatus:
-        last = None
-        while True:
-            current = self.retry.call(lambda: self.adapter.poll([self.ref])[self.ref])
-            shown = (current.state, current.reason)
-            if shown != last:
+        from bridge.adapters.base import poll_until_finished
+
+        last: tuple[str, str | None] | None = None
+
+        def told(current: JobStatus) -> None:
+            nonlocal last
+            if (current.state, current.reason) != last:
                 self.on_change(current)
-                last = shown
-            if current.state.finished:
-                return current
-            self.sleep(self.poll_interval)
+                last = (current.state, current.reason)
+
+        return poll_until_finished(lambda: self.retry.call(lambda: self.adapter.poll([self.ref])[self.ref]),
+                                   interval=self.poll_interval, on_status=told, sleep=self.sleep)
 
 
 def exit_code(status: JobStatus) -> int:
