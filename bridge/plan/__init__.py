@@ -13,13 +13,7 @@ from bridge.plan.frameworks import (
     torch_nproc,
     torchtune_arguments,
 )
-from bridge.plan.limits import (
-    MAX_NODES,
-    MAX_NODES_DEFAULT,
-    MAX_PROCS_PER_NODE,
-    MAX_TIME_LIMIT_SECONDS,
-    check_identity,
-)
+from bridge.plan.limits import MAX_PROCS_PER_NODE, check_identity
 from bridge.plan.merge import strategic_merge
 from bridge.plan.model import (
     ANCESTOR_LABEL,
@@ -66,10 +60,17 @@ from bridge.plan.staging import (
     stage_input,
     stage_input_environment,
 )
+from bridge.plan.traits import (
+    BACKEND_TRAITS,
+    MAX_NODES_DEFAULT,
+    MAX_TIME_LIMIT_SECONDS,
+    BackendTraits,
+    backend_traits,
+    traits_of,
+)
 
 __all__ = [
-    "ACCOUNT_ENV_LINE", "ANCESTOR_LABEL", "FRAMEWORK_LABEL", "KUBEFLOW_WORKSPACE", "MAX_EXPANDED_ARRAY", "MAX_NODES",
-    "MAX_NODES_DEFAULT", "MAX_PROCS_PER_NODE", "MAX_TIME_LIMIT_SECONDS", "MPI_LAUNCHERS", "ONCE_PER_JOB",
+    "ACCOUNT_ENV_LINE", "BACKEND_TRAITS", "BackendTraits", "backend_traits", "traits_of", "ANCESTOR_LABEL", "FRAMEWORK_LABEL", "KUBEFLOW_WORKSPACE", "MAX_EXPANDED_ARRAY", "MAX_NODES_DEFAULT", "MAX_PROCS_PER_NODE", "MAX_TIME_LIMIT_SECONDS", "MPI_LAUNCHERS", "ONCE_PER_JOB",
     "QUEUE_LABEL", "RESERVED_ENV", "SBATCH_DROPPED_OFF_SLURM", "SLURM_GPU_OPTIONS", "SLURM_LAYOUT_NONE",
     "SLURM_LAYOUT_OPTIONS", "STAGED_DIR_ENV", "STAGE_COMMENT", "STAGE_INPUT_END", "STAGE_INPUT_ENV",
     "TORCHTUNE_ENTRYPOINT", "TORCH_MASTER_PORT", "TRAINER_CONTAINER", "BackendOptions", "BatchScript", "EnvEntry",

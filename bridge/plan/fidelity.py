@@ -12,6 +12,7 @@ from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import TrainJob
 from bridge.errors import InvalidSpec
 from bridge.plan.model import QUEUE_LABEL, LaunchPlan, PodGroupPlan
+from bridge.plan.traits import traits_of
 
 
 def pod_group_plan(runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster) -> PodGroupPlan | None:
@@ -23,7 +24,7 @@ def pod_group_plan(runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: B
     if policy is None:
         return None
     kind = "coscheduling" if policy.coscheduling is not None else "volcano"
-    if cluster.spec.type == "kubernetes":
+    if traits_of(cluster).runs_pods:
         has = cluster.spec.kubernetes.gang_scheduler if cluster.spec.kubernetes else None
         if has != kind:
             raise InvalidSpec(f"runtime {runtime.name}: spec.podGroupPolicy.{kind}", kind,
@@ -51,7 +52,7 @@ def queue_name(trainjob: TrainJob, cluster: BridgeCluster) -> str | None:
     labelled = (trainjob.metadata.labels or {}).get(QUEUE_LABEL)
     if labelled:
         return labelled
-    return cluster.spec.kubernetes.queue if cluster.spec.type == "kubernetes" and cluster.spec.kubernetes else None
+    return cluster.spec.kubernetes.queue if traits_of(cluster).runs_pods and cluster.spec.kubernetes else None
 
 
 #: what a non-Kubernetes backend reads of the trainer's container; every other container field is Kubernetes'

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from bridge.api.runtime import MLPolicy
+from bridge.api.runtime import ClusterTrainingRuntime, MLPolicy, TrainingRuntime
 from bridge.api.trainjob import TrainJob
 from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
-from bridge.plan.model import EnvEntry, Launcher, LaunchPlan, NodeResources
+from bridge.plan.model import FRAMEWORK_LABEL, EnvEntry, Launcher, LaunchPlan, NodeResources
 
 #: env names Kubeflow's webhook reserves for each ML policy: the policy sets them, a TrainJob may not
 RESERVED_ENV = {
@@ -20,6 +20,31 @@ RESERVED_ENV = {
 }
 #: Kubeflow's mpiImplementation names (empty: its default, OpenMPI) → launcher
 _MPI_LAUNCHERS = {"OpenMPI": Launcher.OPENMPI, "": Launcher.OPENMPI, "MPICH": Launcher.MPICH, "Intel": Launcher.INTEL}
+
+
+def framework_of(runtime: TrainingRuntime | ClusterTrainingRuntime) -> str:
+    """The runtime's ML policy by name; ``script`` for a batch script's runtime, ``plain`` without a policy."""
+    policy = runtime.spec.ml_policy
+    framework = policy.framework if policy else "plain"
+    if framework == "plain" and (runtime.metadata.labels or {}).get(FRAMEWORK_LABEL) == "sbatch":
+        framework = "script"
+    return framework
+
+
+def check_reserved_env(trainjob: TrainJob, framework: str) -> None:
+    """The TrainJob may not set what the policy sets (Kubeflow's webhook refuses it too)."""
+    spec_trainer = trainjob.spec.trainer
+    for index, entry in enumerate((spec_trainer.env if spec_trainer else None) or []):
+        if entry.name in RESERVED_ENV.get(framework, set()):
+            raise InvalidSpec(f"spec.trainer.env[{index}].name", entry.name,
+                              f"reserved by the {framework} policy; hpc-bridge sets it")
+
+
+def env_injection(policy: MLPolicy | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The torch policy's ``envInjection`` targets: (replicated job, container names) that get PET_* too."""
+    return tuple((t.job_name, tuple(t.container_names))
+                 for t in ((policy.torch.env_injection.targets or []) if policy and policy.torch
+                           and policy.torch.env_injection else []))
 
 
 def node_count(trainjob: TrainJob, policy: MLPolicy | None) -> int:

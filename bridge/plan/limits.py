@@ -8,17 +8,10 @@ from bridge.api.cluster import DIRECTIVE_SAFE, PRIVILEGED_OPTIONS, BridgeCluster
 from bridge.api.names import check_dns1035_label, check_dns1123_label, check_dns1123_subdomain, check_uid
 from bridge.errors import InvalidSpec
 from bridge.plan.model import BackendOptions, EnvEntry, LaunchPlan
+from bridge.plan.traits import traits_of
 
-# What a plan may ask for, checked before any renderer runs (README "Security"): no renderer allocates in
-# proportion to a number nobody checked. Nodes: Kubernetes supports clusters of at most 5,000 nodes (and a
-# larger MPI hostfile no longer fits a ConfigMap); the local cluster emulates nodes as process groups on this
-# machine; Slurm and Flux count nodes in 32-bit fields, and no machine they run has 100,000.
-MAX_NODES = {"kubernetes": 5_000, "local": 64}
-MAX_NODES_DEFAULT = 100_000
 #: ranks (MPI slots, torchrun workers) per node
 MAX_PROCS_PER_NODE = 1_024
-#: a time limit an HPC scheduler can hold (Slurm keeps minutes in 32 bits; ~68 years)
-MAX_TIME_LIMIT_SECONDS = 2**31 - 1
 
 
 def check_identity(plan: LaunchPlan) -> None:
@@ -50,16 +43,17 @@ def check_free_text(argv: tuple[str, ...], env: tuple[EnvEntry, ...]) -> None:
 
 def check_bounds(cluster: BridgeCluster, nodes: int, nodes_field: str, procs: int, time_limit: int | None) -> None:
     backend = cluster.spec.type
-    most = MAX_NODES.get(backend, MAX_NODES_DEFAULT)
+    traits = traits_of(cluster)
+    most = traits.max_nodes
     if nodes > most:
         raise InvalidSpec(nodes_field, nodes, f"at most {most} nodes on a {backend} cluster")
     if procs > MAX_PROCS_PER_NODE:
         raise InvalidSpec("spec.trainer.numProcPerNode", procs,
                           f"at most {MAX_PROCS_PER_NODE} processes per node (derived from the runtime, the GPU or "
                           "CPU count when not given)")
-    if time_limit is not None and backend != "kubernetes" and time_limit > MAX_TIME_LIMIT_SECONDS:
-        raise InvalidSpec("spec.activeDeadlineSeconds", time_limit,
-                          f"at most {MAX_TIME_LIMIT_SECONDS} seconds on a {backend} cluster")
+    longest = traits.max_time_limit_seconds
+    if time_limit is not None and longest is not None and time_limit > longest:
+        raise InvalidSpec("spec.activeDeadlineSeconds", time_limit, f"at most {longest} seconds on a {backend} cluster")
 
 
 def check_privileged(options: BackendOptions, cluster: BridgeCluster) -> None:

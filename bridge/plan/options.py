@@ -14,6 +14,7 @@ from bridge.api.cluster import CONSTRAINT, SLURM_NAME, BridgeCluster, Tenant
 from bridge.errors import InvalidSpec
 from bridge.plan.limits import check_directive_value
 from bridge.plan.model import BackendOptions, Launcher
+from bridge.plan.traits import traits_of
 from bridge.sbatch.values import array_problem
 
 _DEPENDENCY = re.compile(r"^(singleton|[a-z_]+(:[0-9_+]+)+)([,?](singleton|[a-z_]+(:[0-9_+]+)+))*$")
@@ -60,7 +61,7 @@ def checked_slurm_layout(value: str | None, options: BackendOptions, cluster: Br
     """A converted script's own layout (``hpcbridge.io/slurm-layout``) on Slurm, checked against the fields: a
     numNodes or numProcPerNode the layout would not ask Slurm for is refused, never dropped. Elsewhere the
     fields alone say what runs."""
-    if value is None or cluster.spec.type != "slurm":
+    if value is None or not traits_of(cluster).takes_sbatch_options:
         return None
     where = f"metadata.annotations[{SLURM_LAYOUT_ANNOTATION}]"
     names = parse_slurm_layout(value, where)
@@ -146,7 +147,7 @@ def drop_slurm_only(options: BackendOptions, cluster: BridgeCluster, nodes: int,
     and a converted script's Slurm spellings of what numNodes and numProcPerNode already say (``--ntasks``, a
     ``--nodes`` range) too; a total the fields cannot say is refused. Everything else stays, for the adapter to
     map or refuse by name. Tenancy's allowlist was applied before: a tenant may not pass what it may not drop."""
-    if cluster.spec.type == "slurm" or not options.sbatch_extra:
+    if traits_of(cluster).takes_sbatch_options or not options.sbatch_extra:
         return options
     kept: list[tuple[str, str]] = []
     dropped: list[tuple[str, str, str]] = []
@@ -196,82 +197,28 @@ def _node_range_here(value: str, nodes: int) -> str | None:
 
 def backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, namespace: str,
                     tenant: Tenant | None = None) -> BackendOptions:
+    """The ``hpcbridge.io/*`` annotations checked and read, with the cluster's defaults (and for *tenant* its
+    mapping) filling in the rest."""
     values: dict[str, Any] = {}
     extra: list[tuple[str, str]] = []
     for key, value in sorted(annotations.items()):
         if not key.startswith(PREFIX):
             continue
         where = f"metadata.annotations[{key}]"
-        knob = key[len(PREFIX):]
         if key.startswith(SBATCH_PASSTHROUGH_PREFIX):
-            # the parser builds sbatch's option table on import: only when an option is passed through
-            from bridge.sbatch.options import check_passthrough
-
             option = key[len(SBATCH_PASSTHROUGH_PREFIX):]
-            if not re.fullmatch(r"[a-z][a-z0-9-]*", option):
-                raise InvalidSpec(where, option, "not an sbatch long option name")
-            check_directive_value(where, value)
-            check_passthrough(option, value, where)
-            if tenant is not None:
-                tenancy.check_passthrough(option, value, tenant)
+            _check_passthrough(where, option, value, tenant)
             extra.append((option, value))
             continue
-        if knob not in KNOBS:
-            raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; known: {', '.join(KNOBS)}")
-        if knob in ("partition", "account", "qos"):
-            if not SLURM_NAME.fullmatch(value):
-                raise InvalidSpec(where, value, "must be a Slurm name: letters, digits and _ . + @ -")
-        elif knob == "constraint":
-            if not CONSTRAINT.fullmatch(value):
-                raise InvalidSpec(where, value, "not a Slurm constraint expression")
-        elif knob == "exclusive":
-            if value not in ("true", "false"):
-                raise InvalidSpec(where, value, "must be \"true\" or \"false\"")
-        elif knob == "array":
-            problem = array_problem(value)
-            if problem:
-                raise InvalidSpec(where, value, problem)
-        elif knob == "dependency":
-            if cluster.spec.type in ("local", "kubernetes", "flux"):
-                if not _KEPT_DEPENDENCY.fullmatch(value):
-                    raise InvalidSpec(where, value, "not a dependency like afterok:JOB[:JOB] (afterok, afterany, "
-                                                    "afternotok; items joined by ,) or singleton")
-                if cluster.spec.type == "flux" and "singleton" in value.split(","):
-                    raise InvalidSpec(where, value, "Flux has no singleton dependency (RFC 26: after, afterany, "
-                                                    "afterok, afternotok)")
-            elif not _DEPENDENCY.fullmatch(value):
-                raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
-        elif knob in ("output", "error", "workdir", "slurm-job-name"):
-            check_directive_value(where, value)
-        elif knob == "checkpoint-dir":
-            # where a moved job resumes (hpcbridge migrate): shared storage both clusters see, by one path
-            if not value.startswith("/") or "\n" in value or "\x00" in value:
-                raise InvalidSpec(where, value, "must be an absolute path on storage the clusters share")
-        elif knob == "slurm-gpus":
-            from bridge.sbatch.options import check_passthrough
-
-            option, eq, spelled = value.partition("=")
-            if option not in SLURM_GPU_OPTIONS or not eq or not spelled:
-                raise InvalidSpec(where, value, "must be gres=…, gpus=… or gpus-per-node=…, as sbatch takes it")
-            check_directive_value(where, spelled)
-            check_passthrough(option, spelled, where)
+        knob = key[len(PREFIX):]
+        _check_knob(where, knob, value, cluster)
         values[knob.replace("-", "_")] = value
-    defaults = cluster.spec.defaults
-    account = values.get("account") or (cluster.spec.account_mapping or {}).get(namespace) or defaults.account
-    partition, qos = values.get("partition") or defaults.partition, values.get("qos") or defaults.qos
-    if tenant is not None:
-        # a tenant's annotations are requests: within its mapping, never over the cluster's accountMapping
-        account = tenancy.choose("account", values.get("account"), tenant.accounts,
-                                 (cluster.spec.account_mapping or {}).get(namespace) or defaults.account, tenant,
-                                 cluster)
-        partition = tenancy.choose("partition", values.get("partition"), tenant.partitions, defaults.partition,
-                                   tenant, cluster)
-        qos = tenancy.choose("qos", values.get("qos"), tenant.qos, defaults.qos, tenant, cluster)
+    account, partition, qos = _account_partition_qos(values, cluster, namespace, tenant)
     return BackendOptions(
         partition=partition,
         account=account,
         qos=qos,
-        constraint=values.get("constraint") or defaults.constraint,
+        constraint=values.get("constraint") or cluster.spec.defaults.constraint,
         exclusive=values.get("exclusive") == "true",
         array=values.get("array"),
         dependency=values.get("dependency"),
@@ -281,3 +228,88 @@ def backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, name
         slurm_job_name=values.get("slurm_job_name"),
         slurm_gpus=values.get("slurm_gpus"),
     )
+
+
+def _check_passthrough(where: str, option: str, value: str, tenant: Tenant | None) -> None:
+    """An ``hpcbridge.io/sbatch.<option>`` annotation: an sbatch option sbatch would take, and the tenant's to pass."""
+    # the parser builds sbatch's option table on import: only when an option is passed through
+    from bridge.sbatch.options import check_passthrough
+
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", option):
+        raise InvalidSpec(where, option, "not an sbatch long option name")
+    check_directive_value(where, value)
+    check_passthrough(option, value, where)
+    if tenant is not None:
+        tenancy.check_passthrough(option, value, tenant)
+
+
+def _check_knob(where: str, knob: str, value: str, cluster: BridgeCluster) -> None:
+    """One of hpc-bridge's own annotations (``KNOBS``), in the grammar the backend reads it in."""
+    if knob not in KNOBS:
+        raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; known: {', '.join(KNOBS)}")
+    if knob in ("partition", "account", "qos"):
+        if not SLURM_NAME.fullmatch(value):
+            raise InvalidSpec(where, value, "must be a Slurm name: letters, digits and _ . + @ -")
+    elif knob == "constraint":
+        if not CONSTRAINT.fullmatch(value):
+            raise InvalidSpec(where, value, "not a Slurm constraint expression")
+    elif knob == "exclusive":
+        if value not in ("true", "false"):
+            raise InvalidSpec(where, value, "must be \"true\" or \"false\"")
+    elif knob == "array":
+        problem = array_problem(value)
+        if problem:
+            raise InvalidSpec(where, value, problem)
+    elif knob == "dependency":
+        _check_dependency(where, value, cluster)
+    elif knob in ("output", "error", "workdir", "slurm-job-name"):
+        check_directive_value(where, value)
+    elif knob == "checkpoint-dir":
+        # where a moved job resumes (hpcbridge migrate): shared storage both clusters see, by one path
+        if not value.startswith("/") or "\n" in value or "\x00" in value:
+            raise InvalidSpec(where, value, "must be an absolute path on storage the clusters share")
+    elif knob == "slurm-gpus":
+        _check_slurm_gpus(where, value)
+
+
+def _check_dependency(where: str, value: str, cluster: BridgeCluster) -> None:
+    """A dependency on the backend's own job ids where it keeps them, else in Slurm's grammar."""
+    traits = traits_of(cluster)
+    if traits.own_job_dependencies:
+        if not _KEPT_DEPENDENCY.fullmatch(value):
+            raise InvalidSpec(where, value, "not a dependency like afterok:JOB[:JOB] (afterok, afterany, "
+                                            "afternotok; items joined by ,) or singleton")
+        if not traits.singleton_dependency and "singleton" in value.split(","):
+            raise InvalidSpec(where, value, "Flux has no singleton dependency (RFC 26: after, afterany, "
+                                            "afterok, afternotok)")
+    elif not _DEPENDENCY.fullmatch(value):
+        raise InvalidSpec(where, value, "not a dependency like afterok:123 or singleton")
+
+
+def _check_slurm_gpus(where: str, value: str) -> None:
+    """A converted script's GPU option as sbatch takes it (``gres=…``, ``gpus=…``, ``gpus-per-node=…``)."""
+    from bridge.sbatch.options import check_passthrough
+
+    option, eq, spelled = value.partition("=")
+    if option not in SLURM_GPU_OPTIONS or not eq or not spelled:
+        raise InvalidSpec(where, value, "must be gres=…, gpus=… or gpus-per-node=…, as sbatch takes it")
+    check_directive_value(where, spelled)
+    check_passthrough(option, spelled, where)
+
+
+def _account_partition_qos(values: Mapping[str, Any], cluster: BridgeCluster, namespace: str,
+                           tenant: Tenant | None) -> tuple[str | None, str | None, str | None]:
+    """The annotations' account, partition and QOS, else the cluster's for the namespace; a tenant's only
+    within its mapping."""
+    defaults = cluster.spec.defaults
+    mapped_account = (cluster.spec.account_mapping or {}).get(namespace)
+    if tenant is None:
+        return (values.get("account") or mapped_account or defaults.account,
+                values.get("partition") or defaults.partition, values.get("qos") or defaults.qos)
+    # a tenant's annotations are requests: within its mapping, never over the cluster's accountMapping
+    account = tenancy.choose("account", values.get("account"), tenant.accounts, mapped_account or defaults.account,
+                             tenant, cluster)
+    partition = tenancy.choose("partition", values.get("partition"), tenant.partitions, defaults.partition, tenant,
+                               cluster)
+    qos = tenancy.choose("qos", values.get("qos"), tenant.qos, defaults.qos, tenant, cluster)
+    return account, partition, qos

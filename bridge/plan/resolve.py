@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX, SLURM_LAYOUT_ANNOTATION, WORKDIR_ANNOTATION
 from bridge.api.cluster import BridgeCluster, Tenant
+from bridge.api.k8s import Container, JobSetSpec, ReplicatedJob
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
 from bridge.errors import InvalidSpec
 from bridge.plan.fidelity import jobset_metadata, pod_group_plan, queue_name, unhonoured_notes
 from bridge.plan.frameworks import (
-    RESERVED_ENV,
     TORCHTUNE_ENTRYPOINT,
+    check_reserved_env,
     check_xgboost_tracker,
+    env_injection,
+    framework_of,
     gpu_note,
     node_count,
     procs_and_launcher,
@@ -25,143 +31,215 @@ from bridge.plan.limits import (
     check_privileged,
 )
 from bridge.plan.merge import merged_env, merged_template, node_resources, trainer_container
-from bridge.plan.model import FRAMEWORK_LABEL, KUBEFLOW_WORKSPACE, LaunchPlan
+from bridge.plan.model import (
+    KUBEFLOW_WORKSPACE,
+    BackendOptions,
+    EnvEntry,
+    Launcher,
+    LaunchPlan,
+    NodeResources,
+    PodGroupPlan,
+    StagingPlan,
+)
 from bridge.plan.options import backend_options, checked_slurm_layout, drop_slurm_only, dropped_note
 from bridge.plan.select import derive_uid
 from bridge.plan.staging import staging_plan, workspace_paths
+from bridge.plan.traits import traits_of
+
+
+@dataclass(frozen=True)
+class _Trainer:
+    """The trainer as the TrainJob and its runtime's merged template give it (Kubeflow's precedence)."""
+
+    template: JobSetSpec
+    job: ReplicatedJob
+    container: Container
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    image: str | None
+    env: tuple[EnvEntry, ...]
+    resources: NodeResources
+
+
+@dataclass(frozen=True)
+class _Decisions:
+    """What resolve decided beyond the trainer, for the plan to carry."""
+
+    framework: str
+    launcher: Launcher
+    nodes: int
+    procs: int
+    options: BackendOptions
+    slurm_layout: tuple[str, ...] | None
+    workdir: str | None
+    argv: tuple[str, ...]
+    notes: tuple[str, ...]
+    pod_group: PodGroupPlan | None
+    queue: str | None
+    staging: StagingPlan | None
+    uid: str
 
 
 def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster,
             tenant: Tenant | None = None) -> LaunchPlan:
     """Decide everything about running *trainjob* on *cluster*; for *tenant* (the operator's), only within
     what its mapping allows."""
-    if trainjob.spec.managed_by not in (None, MANAGED_BY_BRIDGE) and cluster.spec.type != "kubernetes":
+    _check_admitted(trainjob, cluster, tenant)
+    policy = runtime.spec.ml_policy
+    framework = framework_of(runtime)
+    trainer = _trainer(trainjob, runtime, cluster, framework)
+    nodes = node_count(trainjob, policy)
+    procs, launcher = procs_and_launcher(trainjob, policy, framework, trainer.resources)
+    spec_trainer = trainjob.spec.trainer
+    nodes_field = "spec.trainer.numNodes" if spec_trainer and spec_trainer.num_nodes is not None \
+        else "runtime spec.mlPolicy.numNodes"
+    check_bounds(cluster, nodes, nodes_field, procs, trainjob.spec.active_deadline_seconds)
+
+    annotations = dict(trainjob.metadata.annotations or {})
+    options = backend_options(annotations, cluster, trainjob.namespace, tenant)
+    check_privileged(options, cluster)
+    options = drop_slurm_only(options, cluster, nodes, procs)
+    slurm_layout = checked_slurm_layout(annotations.get(SLURM_LAYOUT_ANNOTATION), options, cluster, launcher, nodes,
+                                        procs, nodes_field)
+    workdir = _workdir(annotations, trainer.container, runtime, cluster)
+    check_free_text(trainer.command + trainer.args, trainer.env)
+    pod_group = pod_group_plan(runtime, cluster)
+    notes = () if traits_of(cluster).runs_pods else \
+        unhonoured_notes(trainjob, runtime, trainer.template, trainer.job, trainer.container, trainer.image, cluster)
+    queue = queue_name(trainjob, cluster)
+    staging = staging_plan(trainjob, runtime, trainer.template, cluster, tenant.name if tenant is not None else None)
+    uid = derive_uid(trainjob)
+    argv, moved = _run_argv(trainjob, runtime, cluster, trainer, nodes, procs, staging, uid)
+    notes += moved + gpu_note(framework, procs, trainer.resources, trainer.job.name)
+    notes += tuple(dropped_note(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{option}]", option, value, why,
+                                cluster.name, cluster.spec.type) for option, value, why in options.dropped)
+    check_xgboost_tracker(framework, trainer.env)
+    decided = _Decisions(framework, launcher, nodes, procs, options, slurm_layout, workdir, argv, notes, pod_group,
+                         queue, staging, uid)
+    plan = _launch_plan(trainjob, runtime, cluster, tenant, trainer, decided)
+    check_identity(plan)
+    return plan
+
+
+def _check_admitted(trainjob: TrainJob, cluster: BridgeCluster, tenant: Tenant | None) -> None:
+    """Whether this TrainJob is hpc-bridge's to run on *cluster* at all."""
+    if trainjob.spec.managed_by not in (None, MANAGED_BY_BRIDGE) and not traits_of(cluster).runs_pods:
         raise InvalidSpec("spec.managedBy", trainjob.spec.managed_by,
                           f"this TrainJob is managed by another controller; set it to {MANAGED_BY_BRIDGE} or omit it")
     namespace = trainjob.namespace
     if tenant is None and not cluster.spec.allows_namespace(namespace):
         raise InvalidSpec("metadata.namespace", namespace, f"cluster {cluster.name!r} does not accept this namespace")
 
-    policy = runtime.spec.ml_policy
-    framework = policy.framework if policy else "plain"
-    if framework == "plain" and (runtime.metadata.labels or {}).get(FRAMEWORK_LABEL) == "sbatch":
-        framework = "script"
+
+def _trainer(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster,
+             framework: str) -> _Trainer:
+    """The trainer's command, image, env and resources: the TrainJob's fields over the runtime's container."""
     template = merged_template(trainjob, runtime)
     trainer_job, container = trainer_container(template, runtime.name)
     spec_trainer = trainjob.spec.trainer
-
     command = tuple((spec_trainer.command if spec_trainer and spec_trainer.command is not None else container.command) or ())
     args = tuple((spec_trainer.args if spec_trainer and spec_trainer.args is not None else container.args) or ())
-    argv = command + args
-    if not argv and cluster.spec.type != "kubernetes":
+    traits = traits_of(cluster)
+    if not command + args and not traits.runs_pods:
         # on Kubernetes the image's entrypoint runs, as with Kubeflow; elsewhere nothing would
         raise InvalidSpec("spec.trainer.command", None,
                           f"no command to run: neither the TrainJob nor runtime {runtime.name!r} gives one (on "
                           f"Kubernetes the image's entrypoint would run; a {cluster.spec.type} cluster runs no "
                           "image entrypoint)")
     image = (spec_trainer.image if spec_trainer and spec_trainer.image else None) or container.image
-    if not image and cluster.spec.type == "kubernetes":
+    if not image and traits.runs_pods:
         image = cluster.spec.defaults.image
-
     env = merged_env(container.env or [], (spec_trainer.env if spec_trainer else None) or [])
-    for index, entry in enumerate((spec_trainer.env if spec_trainer else None) or []):
-        if entry.name in RESERVED_ENV.get(framework, set()):
-            raise InvalidSpec(f"spec.trainer.env[{index}].name", entry.name,
-                              f"reserved by the {framework} policy; hpc-bridge sets it")
-
+    check_reserved_env(trainjob, framework)
     resources = node_resources(container.resources, spec_trainer.resources_per_node if spec_trainer else None)
+    return _Trainer(template, trainer_job, container, command, args, image, env, resources)
 
-    nodes = node_count(trainjob, policy)
-    procs, launcher = procs_and_launcher(trainjob, policy, framework, resources)
-    mpi = policy.mpi if policy else None
 
-    nodes_field = "spec.trainer.numNodes" if spec_trainer and spec_trainer.num_nodes is not None \
-        else "runtime spec.mlPolicy.numNodes"
-    check_bounds(cluster, nodes, nodes_field, procs, trainjob.spec.active_deadline_seconds)
-
-    annotations = dict(trainjob.metadata.annotations or {})
-    options = backend_options(annotations, cluster, namespace, tenant)
-    check_privileged(options, cluster)
-    options = drop_slurm_only(options, cluster, nodes, procs)
-    slurm_layout = checked_slurm_layout(annotations.get(SLURM_LAYOUT_ANNOTATION), options, cluster, launcher, nodes, procs,
-                                 nodes_field)
+def _workdir(annotations: Mapping[str, str], container: Container, runtime: TrainingRuntime | ClusterTrainingRuntime,
+             cluster: BridgeCluster) -> str | None:
+    """The job's working directory: the annotation, else the runtime container's, else the cluster's default."""
     workdir = annotations.get(WORKDIR_ANNOTATION) or container.working_dir or cluster.spec.defaults.workdir
     if workdir is not None and not workdir:
         raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", workdir, "must not be empty")
-    if workdir is not None and cluster.spec.type != "kubernetes":
+    if workdir is not None and not traits_of(cluster).runs_pods:
         # the working directory becomes '#SBATCH --chdir', a jobspec cwd or a local path
         source = f"metadata.annotations[{WORKDIR_ANNOTATION}]" \
             if annotations.get(WORKDIR_ANNOTATION) else \
             f"runtime {runtime.name}: container node workingDir" if container.working_dir else \
             f"cluster {cluster.name}: spec.defaults.workdir"
         check_directive_value(source, workdir)
-    check_free_text(argv, env)
-    launch_command = tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch"))
-    pod_group = pod_group_plan(runtime, cluster)
-    notes = () if cluster.spec.type == "kubernetes" else \
-        unhonoured_notes(trainjob, runtime, template, trainer_job, container, image, cluster)
-    queue = queue_name(trainjob, cluster)
-    staging = staging_plan(trainjob, runtime, template, cluster, tenant.name if tenant is not None else None)
-    uid = derive_uid(trainjob)
-    if cluster.spec.type != "kubernetes" and spec_trainer is not None and spec_trainer.command is not None \
+    return workdir
+
+
+def _run_argv(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster,
+              trainer: _Trainer, nodes: int, procs: int, staging: StagingPlan | None,
+              uid: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The command the nodes run, and a note when Kubeflow's paths in it moved: off Kubernetes, what Kubeflow's
+    torch plugin and its initializer volume would have done in the pod is done here."""
+    spec_trainer = trainjob.spec.trainer
+    command, args, resources = trainer.command, trainer.args, trainer.resources
+    argv = command + args
+    if not traits_of(cluster).runs_pods and spec_trainer is not None and spec_trainer.command is not None \
             and tuple(command) == TORCHTUNE_ENTRYPOINT:
         # Kubeflow's torchtune rewriting, as its torch plugin does it in the pod: the recipe and config
         nproc = "auto" if resources.gpus and spec_trainer.num_proc_per_node is None else str(procs)
-        argv = (*command, *torchtune_arguments(args, container.command or (), runtime.name, nodes,
+        argv = (*command, *torchtune_arguments(args, trainer.container.command or (), runtime.name, nodes,
                                                str(procs) if nproc == "auto" else nproc, resources.gpus, None), *args)
-    if staging is not None and staging.dir and not (image and cluster.spec.defaults.container_runtime != "none"):
+    if staging is not None and staging.dir and not (trainer.image and cluster.spec.defaults.container_runtime != "none"):
         argv, moved = workspace_paths(argv, staging.path(uid, ""))
         if moved:
-            notes += (f"spec.trainer.command: Kubeflow's {KUBEFLOW_WORKSPACE} is this job's staging directory "
-                      f"{staging.path(uid, '').rstrip('/')} on cluster {cluster.name} (no container to mount it in)",)
-    notes += gpu_note(framework, procs, resources, trainer_job.name)
-    notes += tuple(dropped_note(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{option}]", option, value, why,
-                                cluster.name, cluster.spec.type) for option, value, why in options.dropped)
-    check_xgboost_tracker(framework, env)
+            return argv, (f"spec.trainer.command: Kubeflow's {KUBEFLOW_WORKSPACE} is this job's staging directory "
+                          f"{staging.path(uid, '').rstrip('/')} on cluster {cluster.name} (no container to mount it "
+                          "in)",)
+    return argv, ()
 
-    plan = LaunchPlan(
+
+def _launch_plan(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster,
+                 tenant: Tenant | None, trainer: _Trainer, decided: _Decisions) -> LaunchPlan:
+    """The plan, from what resolve decided."""
+    spec_trainer = trainjob.spec.trainer
+    policy = runtime.spec.ml_policy
+    mpi = policy.mpi if policy else None
+    kubernetes = cluster.spec.kubernetes
+    return LaunchPlan(
         name=trainjob.name,
-        namespace=namespace,
-        uid=uid,
+        namespace=trainjob.namespace,
+        uid=decided.uid,
         cluster=cluster.name,
         backend=cluster.spec.type,
-        framework=framework,
-        launcher=launcher,
-        nodes=nodes,
-        procs_per_node=procs,
-        resources=resources,
-        command=argv,
-        container_command=command,
-        container_args=args,
-        trainer_given=trainjob.spec.trainer is not None,
+        framework=decided.framework,
+        launcher=decided.launcher,
+        nodes=decided.nodes,
+        procs_per_node=decided.procs,
+        resources=trainer.resources,
+        command=decided.argv,
+        container_command=trainer.command,
+        container_args=trainer.args,
+        trainer_given=spec_trainer is not None,
         procs_per_node_given=spec_trainer is not None and spec_trainer.num_proc_per_node is not None,
         trainer_command_given=spec_trainer is not None and spec_trainer.command is not None,
-        env_injection=tuple((t.job_name, tuple(t.container_names))
-                            for t in ((policy.torch.env_injection.targets or []) if policy and policy.torch
-                                      and policy.torch.env_injection else [])),
-        env=env,
-        image=image,
+        env_injection=env_injection(policy),
+        env=trainer.env,
+        image=trainer.image,
         container_runtime=cluster.spec.defaults.container_runtime,
-        workdir=workdir,
+        workdir=decided.workdir,
         time_limit_seconds=trainjob.spec.active_deadline_seconds,
         suspend=bool(trainjob.spec.suspend),
-        options=options,
-        launch_command=launch_command,
+        options=decided.options,
+        launch_command=tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch")),
         ssh_auth_mount_path=(mpi.ssh_auth_mount_path or "/root/.ssh") if mpi else None,
         run_launcher_as_node=bool(mpi and mpi.run_launcher_as_node),
-        jobset_template=template.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        jobset_template=trainer.template.model_dump(by_alias=True, exclude_none=True, mode="json"),
         runtime_name=runtime.name,
         runtime_kind=runtime.kind,
         labels=dict(trainjob.metadata.labels or {}),
         jobset_metadata=jobset_metadata(trainjob, runtime),
-        notes=notes,
-        image_map=tuple(sorted(cluster.spec.kubernetes.images.items())) if cluster.spec.kubernetes else (),
-        image_pull_policy=cluster.spec.kubernetes.image_pull_policy if cluster.spec.kubernetes else None,
-        pod_group=pod_group,
-        queue=queue,
-        staging=staging,
+        notes=decided.notes,
+        image_map=tuple(sorted(kubernetes.images.items())) if kubernetes else (),
+        image_pull_policy=kubernetes.image_pull_policy if kubernetes else None,
+        pod_group=decided.pod_group,
+        queue=decided.queue,
+        staging=decided.staging,
         tenant=tenant.name if tenant is not None else None,
-        slurm_layout=slurm_layout,
+        slurm_layout=decided.slurm_layout,
     )
-    check_identity(plan)
-    return plan

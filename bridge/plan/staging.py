@@ -13,6 +13,7 @@ from bridge.api.trainjob import DatasetInitializer, TrainJob
 from bridge.errors import InvalidSpec
 from bridge.plan.limits import check_directive_value
 from bridge.plan.model import KUBEFLOW_WORKSPACE, STAGED_DIR_ENV, Launcher, LaunchPlan, StagingPlan
+from bridge.plan.traits import backend_traits, traits_of
 from bridge.shell import SHELL_ENV_NAME
 
 
@@ -24,7 +25,8 @@ def staging_plan(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingR
     from bridge.api.storage import ROLES, parse_storage_uri, secret_name_problem
 
     initializer = trainjob.spec.initializer
-    kubernetes = cluster.spec.type == "kubernetes"
+    # Kubernetes: the runtime's initializer jobs fetch the data; elsewhere the cluster's shared storage holds it
+    kubernetes = traits_of(cluster).runs_pods
     sources = []
     for role in ROLES:
         part = getattr(initializer, role) if initializer is not None else None
@@ -60,7 +62,7 @@ def staging_plan(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingR
     if kubernetes:
         return StagingPlan(tuple(sources))
     staging_dir = cluster.spec.staging_dir
-    if staging_dir is None and cluster.spec.type == "local":
+    if staging_dir is None and traits_of(cluster).stages_on_this_machine:
         from bridge.records import state_root
 
         staging_dir = str(state_root() / "staging")
@@ -197,7 +199,7 @@ ACCOUNT_ENV_LINE = ': "${USER:=$(id -un)}" "${HOME:=$(getent passwd "$(id -u)" |
 def script_env(plan: LaunchPlan) -> dict[str, str]:
     """For a batch script on a backend that is not Slurm: the job variables sbatch sets that the plan decides
     (``hpcbridge launch --launcher script`` adds the allocation's, as it finds it, and the srun shim)."""
-    if plan.launcher != Launcher.SCRIPT or plan.backend == "slurm":
+    if plan.launcher != Launcher.SCRIPT or backend_traits(plan.backend).takes_sbatch_options:
         return {}
     extra = dict(plan.options.sbatch_extra)
     env = {"SLURM_JOB_NAME": plan.options.slurm_job_name or plan.name, "SLURM_CLUSTER_NAME": plan.cluster}
