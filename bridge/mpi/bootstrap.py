@@ -1,12 +1,13 @@
 """``hpcbridge launch``: the one command every node of an allocation runs.
 
 It discovers the peers, writes the hostfile, builds the launcher's command line and runs it, forwarding
-SIGTERM/SIGINT so a cancel stops every rank, and exits with the launcher's code. ``LaunchSpec`` is the
-contract between the renderers (which write its arguments into batch scripts) and this command.
+SIGTERM/SIGINT so a cancel stops every rank, and exits with the launcher's code. ``LaunchSpec``
+(bridge.mpi.spec) is the contract between the renderers (which write its arguments into batch scripts) and
+this command.
 
 Between hosts without a scheduler the peers serve a per-job sshd; rank 0 starts the launcher at once (its own
 start-up overlaps the peers'), holds the launcher's ssh at a gate until every peer's sshd answers, and at the
-end releases the peers. Every node's files live in a fresh private directory (mkdtemp, mode 0700).
+end releases the peers (bridge.mpi.peers). Every node's files live in a fresh private directory (mkdtemp, mode 0700).
 Start-up time is spent on every node of every job: modules load where they are needed (hashlib for the
 release token, socket for the probes), after the peers' sshd or rank 0's launcher is already running, and
 children start with os.posix_spawn (bridge.mpi.spawn), not subprocess.
@@ -17,120 +18,26 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from collections import namedtuple
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from bridge.envnames import TF_ROLES_ENV, XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
-from bridge.mpi.exits import FORWARDED, STOPPING, shell_code, signal_code
+from bridge.mpi.exits import FORWARDED, shell_code
 from bridge.mpi.hostfile import Peer, hostfile_for
+from bridge.mpi.peers import release_peers, release_token, serve_peer
+from bridge.mpi.spec import MPI, LaunchSpec
+from bridge.mpi.timing import trace
 
 #: True for the type checker only (which reads any TYPE_CHECKING so): importing typing would add to the
 #: start-up of every node of every job
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import socket
     from types import FrameType
-    from typing import Any, NamedTuple
+    from typing import Any
 
     from bridge.mpi.spawn import Process
-
-LAUNCHERS = ("openmpi", "mpich", "intel", "torchrun", "plain", "flux", "script")
-#: frameworks whose processes get their coordinates from the launch (as Kubeflow's plugins give a pod them)
-FRAMEWORKS = ("", "jax", "xgboost")
-
-
-def launch_framework(framework: str) -> str:
-    """The plan's framework as ``--framework`` takes it: "" for those the launch gives nothing of their own."""
-    return framework if framework in FRAMEWORKS else ""
-MPI = ("openmpi", "mpich", "intel")
-
-
-_SPEC_DEFAULTS = {"nodes": None, "forward_env": (), "hosts": (), "node_rank": None, "hostfile": None,
-                  "rdzv_port": 29500, "job_id": "", "ssh_dir": None, "ssh_port": ssh.DEFAULT_PORT,
-                  "wait_timeout": 120.0, "extra_env": None, "leader": None, "framework": "",
-                  "gpus_per_node": 0}
-
-
-if TYPE_CHECKING:
-    class _LaunchSpec(NamedTuple):
-        # the fields as the type checker sees them; the defaults are _SPEC_DEFAULTS, through LaunchSpec.__new__
-        launcher: str
-        discovery: str
-        procs_per_node: int
-        command: tuple[str, ...]
-        nodes: int | None
-        forward_env: tuple[str, ...]
-        hosts: tuple[str, ...]
-        node_rank: int | None
-        hostfile: str | None
-        rdzv_port: int
-        job_id: str
-        ssh_dir: str | None
-        ssh_port: int
-        wait_timeout: float
-        extra_env: Mapping[str, str]
-        leader: str | None
-        framework: str
-        gpus_per_node: int
-else:
-    _LaunchSpec = namedtuple("LaunchSpec", ["launcher", "discovery", "procs_per_node", "command", *_SPEC_DEFAULTS],
-                             defaults=tuple(_SPEC_DEFAULTS.values()))
-
-
-class LaunchSpec(_LaunchSpec):
-    """What ``hpcbridge launch`` does, immutable (a named tuple, not a dataclass: see hostfile.py).
-
-    ``ssh_dir`` is the directory with the job's SSH keys (mpi.ssh.create_job_keys) and enables ssh between the
-    nodes, with the job's sshd on ``ssh_port``; ``wait_timeout`` is how long rank 0 waits for every peer's sshd.
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> LaunchSpec:
-        self = super().__new__(cls, *args, **kwargs)
-        if self.launcher not in LAUNCHERS:
-            raise InvalidSpec("--launcher", self.launcher, f"use one of {', '.join(LAUNCHERS)}")
-        if self.discovery not in discovery.SOURCES:
-            raise InvalidSpec("--discovery", self.discovery, f"use one of {', '.join(discovery.SOURCES)}")
-        if self.procs_per_node < 1:
-            raise InvalidSpec("--procs-per-node", self.procs_per_node, "must be at least 1")
-        if not self.command:
-            raise InvalidSpec("command", None, "nothing to launch: give the command after --")
-        if self.framework not in FRAMEWORKS:
-            raise InvalidSpec("--framework", self.framework, f"use one of {', '.join(f for f in FRAMEWORKS if f)}")
-        return self if self.extra_env is not None else self._replace(extra_env={})
-
-    def to_args(self) -> list[str]:
-        """The ``hpcbridge launch`` arguments that recreate this spec (what renderers embed)."""
-        args = ["--launcher", self.launcher, "--discovery", self.discovery, "--procs-per-node", str(self.procs_per_node)]
-        if self.nodes is not None:
-            args += ["--nodes", str(self.nodes)]
-        for host in self.hosts:
-            args += ["--host", host]
-        if self.node_rank is not None:
-            args += ["--node-rank", str(self.node_rank)]
-        if self.hostfile:
-            args += ["--hostfile", self.hostfile]
-        if self.leader:
-            args += ["--leader", self.leader]
-        if self.framework:
-            args += ["--framework", self.framework]
-        if self.gpus_per_node:
-            args += ["--gpus-per-node", str(self.gpus_per_node)]
-        if self.launcher == "torchrun" or self.framework:
-            args += ["--rdzv-port", str(self.rdzv_port)]
-        if self.job_id:
-            args += ["--job-id", self.job_id]
-        if self.ssh_dir:
-            args += ["--ssh-dir", self.ssh_dir, "--ssh-port", str(self.ssh_port),
-                     "--wait-timeout", f"{self.wait_timeout:g}"]
-        for name in self.forward_env:
-            args += ["--forward-env", name]
-        return [*args, "--", *self.command]
 
 
 def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
@@ -189,10 +96,6 @@ def child_env(spec: LaunchSpec, base: Mapping[str, str], topology: discovery.Top
         env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
         env.setdefault("OMPI_MCA_hwloc_base_binding_policy", "none")
     return env
-
-
-#: set in a peer's sshd sessions: the file that releases that peer (rank 0's fallback to the release port)
-RELEASE_ENV = "HPCBRIDGE_RELEASE_FILE"
 
 
 class Child:
@@ -266,29 +169,6 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
         return failed if failed is not None else child.wait()
 
 
-def _process_age() -> float:
-    """Seconds since this process started (interpreter start-up and imports included), else 0."""
-    try:
-        with open("/proc/self/stat", "rb") as stat:
-            started = int(stat.read().rsplit(b")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
-
-
-_T0 = time.monotonic() - _process_age() if os.environ.get("HPCBRIDGE_TRACE") else time.monotonic()
-
-
-def trace(message: str) -> None:
-    """Phase timings on stderr when HPCBRIDGE_TRACE is set (why is my launch slow?): the wall clock, to line up
-    the nodes' traces, the time since this process started and the CPU time it used so far."""
-    if os.environ.get("HPCBRIDGE_TRACE"):
-        now = time.time()
-        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
-        print(f"[hpcbridge launch {os.uname().nodename} {stamp} +{time.monotonic() - _T0:.3f}s "
-              f"cpu {time.process_time():.3f}s] {message}", file=sys.stderr, flush=True)
-
-
 def private_workdir(job_id: str) -> str:
     """A fresh directory for this node's files that only this user can enter, made as mkdtemp makes one: in
     one mkdir, mode 0700, under a random name (so nobody else can pre-create, plant or read anything in it).
@@ -318,142 +198,6 @@ def remove_workdir(workdir: str) -> None:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def release_file(workdir: str) -> str:
-    """The file whose creation (by rank 0, over ssh) releases a peer: inside the peer's private workdir, so no
-    other user can create it first. Rank 0 never needs the path: the peer's sshd puts it in RELEASE_ENV."""
-    return os.path.join(workdir, "released")
-
-
-def release_token(keys: Path, job_id: str, host: str) -> bytes:
-    """What rank 0 sends a peer to end it: an HMAC only holders of the job's private key can make."""
-    import hashlib
-    import hmac
-
-    secret = (keys / ssh.CLIENT_KEY).read_bytes()
-    return hmac.new(secret, f"release {job_id} {host}".encode(), hashlib.sha256).hexdigest().encode()
-
-
-def serve_peer(spec: LaunchSpec, topology: discovery.Topology, keys: Path, workdir: str,
-               start_sshd: Callable[[Path, Path], Process] = ssh.start_sshd, poll: float = 0.05) -> int:
-    """A non-zero MPI rank: serve sshd for the launcher until rank 0 says the job is over.
-
-    Rank 0 says so on the release port (sshd's port + 1) with a token made from the job's key; where that
-    port is not reachable it creates this peer's release file over ssh instead (the path reaches its ssh
-    session in RELEASE_ENV). sshd starts first: rank 0 is waiting for it.
-    """
-    host = topology.hosts[topology.rank]
-    marker = release_file(workdir)
-    config = ssh.write_sshd_config(keys, Path(workdir), spec.ssh_port, {RELEASE_ENV: marker})
-    log = Path(workdir) / "sshd.log"
-    stopping: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _f: stopping.append(signum)) for sig in STOPPING}
-    sshd = listener = None
-    try:
-        sshd = start_sshd(config, log)
-        trace("sshd started")
-        import socket
-
-        listener = socket.socket(socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET)
-        try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("", spec.ssh_port + 1))
-            listener.listen(64)
-            listener.settimeout(poll)
-        except OSError:
-            listener.close()
-            listener = None  # the release file alone will do
-        expected = release_token(keys, spec.job_id, host)
-        while not stopping and not os.path.exists(marker):
-            if sshd.poll() is not None:
-                lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
-                print(f"hpcbridge launch: sshd exited with code {sshd.returncode}: {lines[-1] if lines else ''}",
-                      file=sys.stderr)
-                return 1
-            if listener is None:
-                time.sleep(poll)
-            elif _released(listener, expected):
-                break
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if listener is not None:
-            listener.close()
-        if sshd is not None:
-            sshd.end()
-    trace(f"stopped by signal {stopping[0]}" if stopping else "released")
-    return signal_code(stopping[0]) if stopping else 0
-
-
-def _released(listener: socket.socket, expected: bytes) -> bool:
-    try:
-        conn, _ = listener.accept()
-    except OSError:  # TimeoutError included
-        return False
-    with conn:
-        conn.settimeout(2.0)
-        try:
-            data = conn.recv(128).strip()
-        except OSError:
-            return False
-        import hmac
-
-        ok = hmac.compare_digest(data, expected)
-        try:
-            conn.sendall(b"ok\n" if ok else b"no\n")
-        except OSError:
-            pass
-        return ok
-
-
-def _each(function: Callable[[str], None], items: Iterable[str], workers: int = 32) -> None:
-    """function(item) for every item, up to *workers* at a time (threads: the work is waiting on the network)."""
-    import threading
-
-    queue = list(items)
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                item = queue.pop()
-            function(item)
-
-    threads = [threading.Thread(target=work) for _ in range(min(workers, len(queue)))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
-def release_peers(spec: LaunchSpec, tokens: Mapping[str, bytes], files: ssh.SSHFiles) -> None:
-    """Tell every peer the job is over (best effort, in parallel): their sshd stops and they exit."""
-
-    def release(host: str) -> None:
-        import socket
-
-        try:
-            with socket.create_connection((host, spec.ssh_port + 1), timeout=5) as conn:
-                conn.settimeout(5)
-                conn.sendall(tokens[host] + b"\n")
-                if conn.recv(8).startswith(b"ok"):
-                    return
-        except OSError:
-            pass
-        # fallback: the peer's release file, created over ssh; its sshd tells the session where it is
-        import subprocess
-
-        quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        try:
-            subprocess.run(["ssh", "-F", str(files.config), host, f'touch "${RELEASE_ENV}"'], timeout=30,
-                           check=False, **quiet)
-        except (OSError, subprocess.SubprocessError):
-            pass
-
-    _each(release, tokens)
 
 
 def _open_gate(gate: Path, fd: int, go: Path | None) -> None:

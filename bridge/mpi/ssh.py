@@ -297,77 +297,110 @@ def wait_for_peers(hosts: Sequence[str], port: int, deadline_seconds: float, *, 
     a peer that accepts but sends no banner (a frozen sshd) is retried after *attempt_timeout*. When the
     deadline passes first, BackendRejected names the hosts that never answered.
     """
-    import selectors
-    import socket
-
     pending = list(dict.fromkeys(hosts))
     deadline = time.monotonic() + deadline_seconds
-    retry_at = dict.fromkeys(pending, 0.0)
-    tries = dict.fromkeys(pending, 0)
-    attempts: dict[socket.socket, _Attempt] = {}
-    selector = selectors.DefaultSelector()
-    names = _Names(pending, port)
-
-    def give_up(attempt: _Attempt, now: float) -> None:
-        selector.unregister(attempt.sock)
-        del attempts[attempt.sock]
-        attempt.sock.close()
-        retry_at[attempt.host] = now + interval
-
+    probe = _PeerProbe(pending, port, interval, attempt_timeout)
     try:
         while pending:
             now = time.monotonic()
-            for host in [h for h in pending if h in retry_at and retry_at[h] <= now]:
-                addresses = names.get(host)
-                if not addresses:
-                    retry_at[host] = now + interval
-                    continue
-                tries[host] += 1
-                family, kind, proto, address = addresses[(tries[host] - 1) % len(addresses)]
-                sock = socket.socket(family, kind, proto)
-                sock.setblocking(False)
-                if sock.connect_ex(address) not in (0, errno.EINPROGRESS):
-                    sock.close()
-                    retry_at[host] = now + interval
-                    continue
-                del retry_at[host]
-                attempts[sock] = _Attempt(host, sock, now + attempt_timeout)
-                selector.register(sock, selectors.EVENT_WRITE)
+            probe.connect_due(now)
             if stop is not None and stop():
                 return False
             if now >= deadline:
                 shown = ", ".join(pending[:10]) + (f" and {len(pending) - 10} more" if len(pending) > 10 else "")
                 raise BackendRejected("launch", f"peers never answered ssh on port {port} within "
                                                 f"{deadline_seconds:g}s: {shown}")
-            wake = min([deadline, now + 0.05, *retry_at.values(), *(a.expires for a in attempts.values())])
-            for key, events in selector.select(max(0.0, wake - now)):
-                attempt = attempts[key.fileobj]  # type: ignore[index]  # the socket registered, given back
-                now = time.monotonic()
-                if events & selectors.EVENT_WRITE:
-                    if attempt.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                        give_up(attempt, now)
-                    else:
-                        selector.modify(attempt.sock, selectors.EVENT_READ)
-                    continue
-                try:
-                    chunk = attempt.sock.recv(8 - len(attempt.data))
-                except OSError:
-                    chunk = b""
-                attempt.data += chunk
-                if attempt.data.startswith(b"SSH-"):
-                    pending.remove(attempt.host)
-                    names.answered(attempt.host)
-                    selector.unregister(attempt.sock)
-                    del attempts[attempt.sock]
-                    attempt.sock.close()
-                elif not chunk or not b"SSH-".startswith(attempt.data[:4]):
-                    give_up(attempt, now)
-            now = time.monotonic()
-            for attempt in [a for a in attempts.values() if a.expires <= now]:
-                give_up(attempt, now)
+            probe.serve(max(0.0, probe.wake(now, deadline) - now))
+            probe.expire(time.monotonic())
         return True
     finally:
-        names.close()
-        for sock in attempts:
+        probe.close()
+
+
+class _PeerProbe:
+    """The connections of one ``wait_for_peers``: per pending host, its attempt in flight or when it is
+    tried again. A host leaves *pending* (the caller's list) once its sshd's banner arrives."""
+
+    def __init__(self, pending: list[str], port: int, interval: float, attempt_timeout: float) -> None:
+        import selectors
+
+        self.pending = pending
+        self.interval, self.attempt_timeout = interval, attempt_timeout
+        self.retry_at = dict.fromkeys(pending, 0.0)
+        self.tries = dict.fromkeys(pending, 0)
+        self.attempts: dict[socket.socket, _Attempt] = {}
+        self.selector = selectors.DefaultSelector()
+        self.names = _Names(pending, port)
+
+    def connect_due(self, now: float) -> None:
+        """Starts a connection to every host whose retry time has come (its addresses taken in turn)."""
+        import selectors
+        import socket
+
+        for host in [h for h in self.pending if h in self.retry_at and self.retry_at[h] <= now]:
+            addresses = self.names.get(host)
+            if not addresses:
+                self.retry_at[host] = now + self.interval
+                continue
+            self.tries[host] += 1
+            family, kind, proto, address = addresses[(self.tries[host] - 1) % len(addresses)]
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            if sock.connect_ex(address) not in (0, errno.EINPROGRESS):
+                sock.close()
+                self.retry_at[host] = now + self.interval
+                continue
+            del self.retry_at[host]
+            self.attempts[sock] = _Attempt(host, sock, now + self.attempt_timeout)
+            self.selector.register(sock, selectors.EVENT_WRITE)
+
+    def wake(self, now: float, deadline: float) -> float:
+        """When something is next due: a retry, an attempt's expiry, the deadline, or a look at *stop*."""
+        return min([deadline, now + 0.05, *self.retry_at.values(), *(a.expires for a in self.attempts.values())])
+
+    def serve(self, timeout: float) -> None:
+        """Reads what the ready connections say: a banner answers its host; a refusal, a close or another
+        protocol's greeting has it tried again."""
+        import selectors
+        import socket
+
+        for key, events in self.selector.select(timeout):
+            attempt = self.attempts[key.fileobj]  # type: ignore[index]  # the socket registered, given back
+            now = time.monotonic()
+            if events & selectors.EVENT_WRITE:
+                if attempt.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    self.give_up(attempt, now)
+                else:
+                    self.selector.modify(attempt.sock, selectors.EVENT_READ)
+                continue
+            try:
+                chunk = attempt.sock.recv(8 - len(attempt.data))
+            except OSError:
+                chunk = b""
+            attempt.data += chunk
+            if attempt.data.startswith(b"SSH-"):
+                self.pending.remove(attempt.host)
+                self.names.answered(attempt.host)
+                self._drop(attempt)
+            elif not chunk or not b"SSH-".startswith(attempt.data[:4]):
+                self.give_up(attempt, now)
+
+    def expire(self, now: float) -> None:
+        """Tries again every host whose attempt has waited past its timeout (a frozen sshd)."""
+        for attempt in [a for a in self.attempts.values() if a.expires <= now]:
+            self.give_up(attempt, now)
+
+    def give_up(self, attempt: _Attempt, now: float) -> None:
+        self._drop(attempt)
+        self.retry_at[attempt.host] = now + self.interval
+
+    def _drop(self, attempt: _Attempt) -> None:
+        self.selector.unregister(attempt.sock)
+        del self.attempts[attempt.sock]
+        attempt.sock.close()
+
+    def close(self) -> None:
+        self.names.close()
+        for sock in self.attempts:
             sock.close()
-        selector.close()
+        self.selector.close()

@@ -13,8 +13,9 @@ import pytest
 from bridge.cli import build_parser
 from bridge.errors import BackendRejected, InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
-from bridge.mpi.bootstrap import LaunchSpec, launch_argv
+from bridge.mpi.bootstrap import launch_argv
 from bridge.mpi.hostfile import Peer, hydra_hostfile, openmpi_hostfile
+from bridge.mpi.spec import LaunchSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -221,7 +222,7 @@ def test_release_needs_the_jobs_token(tmp_path) -> None:
     import socket
     import threading
 
-    from bridge.mpi.bootstrap import _released, release_token
+    from bridge.mpi.peers import _released, release_token
 
     keys = ssh.create_job_keys(tmp_path / "k", "job")
     other = ssh.create_job_keys(tmp_path / "other", "job")
@@ -251,7 +252,8 @@ def test_workdirs_are_private_and_unguessable(tmp_path, monkeypatch) -> None:
     import os
     import stat
 
-    from bridge.mpi.bootstrap import private_workdir, release_file, remove_workdir
+    from bridge.mpi.bootstrap import private_workdir, remove_workdir
+    from bridge.mpi.peers import release_file
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     first, second = private_workdir("job-1"), private_workdir("job-1")
@@ -296,7 +298,7 @@ def test_peer_ignores_a_planted_marker_and_forged_tokens_and_ends_on_its_release
     import time
     from pathlib import Path
 
-    from bridge.mpi import bootstrap, spawn
+    from bridge.mpi import bootstrap, peers, spawn
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     keys = ssh.create_job_keys(tmp_path / "k", "job")
@@ -329,18 +331,18 @@ def test_peer_ignores_a_planted_marker_and_forged_tokens_and_ends_on_its_release
                 conn.sendall(b"forged\n")
                 answers.append(conn.recv(8))
             break
-        Path(bootstrap.release_file(workdir)).touch()  # ... the peer's own release file (over ssh) is not
+        Path(peers.release_file(workdir)).touch()  # ... the peer's own release file (over ssh) is not
 
     thread = threading.Thread(target=rank_0)
     thread.start()
     try:
-        assert bootstrap.serve_peer(spec, topology, keys, workdir, start_sshd=fake_sshd, poll=0.01) == 0
+        assert peers.serve_peer(spec, topology, keys, workdir, start_sshd=fake_sshd, poll=0.01) == 0
     finally:
         thread.join()
         planted.unlink()
         bootstrap.remove_workdir(workdir)
     assert answers == [b"no\n"]
-    assert f'SetEnv "{bootstrap.RELEASE_ENV}={bootstrap.release_file(workdir)}"' in configs[0].splitlines()
+    assert f'SetEnv "{peers.RELEASE_ENV}={peers.release_file(workdir)}"' in configs[0].splitlines()
     assert sshds[0].returncode == -15  # the peer stopped its sshd
 
 

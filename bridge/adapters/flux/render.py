@@ -13,7 +13,7 @@ from bridge import __version__
 from bridge.adapters.flux.validate import validate_jobspec
 from bridge.annotations import CONSTRAINT_ANNOTATION, PREFIX, WORKDIR_ANNOTATION
 from bridge.errors import InvalidSpec
-from bridge.mpi.bootstrap import LaunchSpec, launch_framework
+from bridge.mpi.spec import LaunchSpec, launch_framework
 from bridge.plan import (
     ACCOUNT_ENV_LINE,
     MPI_LAUNCHERS,

@@ -39,8 +39,8 @@ from bridge.annotations import ACCOUNT_ANNOTATION, KEYS_ANNOTATION, UID_LABEL
 from bridge.api.cluster import PodPolicy
 from bridge.api.loader import dump_yaml
 from bridge.errors import InvalidSpec
-from bridge.mpi.bootstrap import LaunchSpec, launch_framework
 from bridge.mpi.hostfile import Peer, hostfile_for
+from bridge.mpi.spec import LaunchSpec, launch_framework
 from bridge.mpi.ssh import CLIENT_KEY, DEFAULT_PORT, HOST_KEY
 from bridge.plan import (
     ANCESTOR_LABEL,

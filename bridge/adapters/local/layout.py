@@ -13,7 +13,7 @@ from typing import Any
 
 from bridge.adapters.base import Artifact
 from bridge.api.loader import dump_yaml
-from bridge.mpi.bootstrap import LaunchSpec, launch_framework
+from bridge.mpi.spec import LaunchSpec, launch_framework
 from bridge.plan import (
     MPI_LAUNCHERS,
     ONCE_PER_JOB,

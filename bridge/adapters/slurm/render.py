@@ -13,7 +13,7 @@ import re
 from bridge import __version__
 from bridge.annotations import SLURM_GPUS_ANNOTATION, UID_COMMENT_PREFIX
 from bridge.errors import InvalidSpec
-from bridge.mpi.bootstrap import LaunchSpec, launch_framework
+from bridge.mpi.spec import LaunchSpec, launch_framework
 from bridge.plan import (
     ACCOUNT_ENV_LINE,
     MPI_LAUNCHERS,
