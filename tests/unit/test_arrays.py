@@ -8,10 +8,10 @@ import pytest
 
 from bridge import service
 from bridge.adapters.base import JobState
-from bridge.api.cluster import BridgeCluster
 from bridge.errors import BackendRejected, InvalidSpec
 from bridge.plan import expand_array
-from tests.unit.test_service import TRAINJOB, FakeBackend
+from tests.builders import TRAINJOB, cluster
+from tests.fakes import FakeBackend
 
 ARRAY = TRAINJOB.replace("metadata: {name: fake-job, namespace: team}",
                          "metadata: {name: fake-job, namespace: team, annotations: {hpcbridge.io/array: '1-7:3,10%2'}}")
@@ -28,11 +28,10 @@ def test_array_specs_expand_as_slurm_reads_them() -> None:
 @pytest.fixture
 def array(monkeypatch, tmp_path) -> service.Prepared:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                            "metadata": {"name": "fake"}, "spec": {"type": "slurm"}})
-    backend = FakeBackend(cluster)
+    fake = cluster("slurm", "fake")
+    backend = FakeBackend(fake)
     monkeypatch.setattr(service.targets, "get_adapter", lambda cluster: backend)
-    return service.prepare(service.read_input("-", stdin=ARRAY), cluster="fake", configured={"fake": cluster})
+    return service.prepare(service.read_input("-", stdin=ARRAY), cluster="fake", configured={"fake": fake})
 
 
 def test_each_element_is_a_job_of_its_own_with_slurms_array_variables(array) -> None:
@@ -81,14 +80,13 @@ DEPENDENT = TRAINJOB.replace("metadata: {name: fake-job, namespace: team}",
 def kept(monkeypatch, tmp_path):
     """A backend that keeps no dependencies (as the local cluster and Kubernetes), with jobs 101 and 102."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                            "metadata": {"name": "k"}, "spec": {"type": "local"}})
-    backend = FakeBackend(cluster)
+    local = cluster("local", "k")
+    backend = FakeBackend(local)
     for job_id in ("101", "102"):
         backend.jobs[job_id] = {"uid": f"u{job_id}", "name": f"j{job_id}", "state": JobState.RUNNING}
     backend.sent = 2
     monkeypatch.setattr(service.targets, "get_adapter", lambda cluster: backend)
-    return backend, cluster
+    return backend, local
 
 
 def test_a_dependency_the_backend_cannot_hold_is_kept_by_ordered_creation(kept) -> None:
@@ -124,11 +122,10 @@ def test_kept_dependencies_name_the_backends_own_ids() -> None:
     for value, ok in (("afterok:default/train-1:ns/other", True), ("afterany:3f2a-77", True),
                       ("singleton", True), ("after:5", False), ("afterok:a?afterany:b", False)):
         text = DEPENDENT.replace("afterok:101,afterany:102", value)
-        cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                                "metadata": {"name": "k"}, "spec": {"type": "local"}})
+        local = cluster("local", "k")
         if ok:
             assert service.prepare(service.read_input("-", stdin=text), cluster="k",
-                                   configured={"k": cluster}).waits_for == value
+                                   configured={"k": local}).waits_for == value
         else:
             with pytest.raises(InvalidSpec, match="not a dependency like afterok:JOB"):
-                service.prepare(service.read_input("-", stdin=text), cluster="k", configured={"k": cluster})
+                service.prepare(service.read_input("-", stdin=text), cluster="k", configured={"k": local})

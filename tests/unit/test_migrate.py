@@ -9,8 +9,8 @@ import yaml
 from bridge import service
 from bridge.adapters.base import JobState
 from bridge.errors import BackendUnavailable, InvalidSpec
-from tests.harness.builders import cluster
-from tests.unit.test_service import TRAINJOB, FakeBackend
+from tests.builders import TRAINJOB, cluster
+from tests.fakes import FakeBackend
 
 CHECKPOINTED = TRAINJOB.replace("metadata: {name: fake-job, namespace: team}",
                                 "metadata: {name: fake-job, namespace: team, annotations: "

@@ -7,128 +7,25 @@ lets each rule be shown alone (a job that left the queue, a send whose answer wa
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator, Sequence
 
 import pytest
 
 from bridge import service
-from bridge.adapters.base import (
-    Adapter,
-    Artifact,
-    ArtifactFile,
-    Capabilities,
-    Identity,
-    JobRef,
-    JobState,
-    JobStatus,
-    signal_name,
-)
-from bridge.adapters.transport import CommandResult, Transport
-from bridge.api.cluster import BridgeCluster
+from bridge.adapters.base import Identity, JobRef, signal_name
+from bridge.adapters.transport import CommandResult
 from bridge.errors import AlreadyRan, BackendRejected, BackendUnavailable, InvalidSpec
 from bridge.records import Records
-
-TRAINJOB = """
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata: {name: plain}
-spec: {mlPolicy: {numNodes: 1}}
----
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: TrainJob
-metadata: {name: fake-job, namespace: team}
-spec: {runtimeRef: {name: plain}, trainer: {command: [train]}}
-"""
-
-
-class FakeBackend(Adapter):
-    """A scheduler in memory: jobs, a queue that forgets finished jobs, and scripted failures."""
-
-    backend = "fake"
-    capabilities = Capabilities()
-
-    def __init__(self, cluster) -> None:
-        super().__init__(cluster)
-        self.jobs: dict[str, dict] = {}
-        self.queue: set[str] = set()  # what find() still lists (Slurm's squeue before MinJobAge)
-        self.sent = 0
-        self.fail_next: list[Exception] = []
-        self.lose_answer = False
-        self.free_nodes = 8  # what capacity() reports free (of 8)
-
-    def render(self, plan) -> Artifact:
-        return Artifact("fake", "text", plan, (ArtifactFile("job", plan.name),))
-
-    def _maybe_fail(self) -> None:
-        if self.fail_next:
-            raise self.fail_next.pop(0)
-
-    def submit(self, artifact: Artifact) -> JobRef:
-        self._maybe_fail()
-        self.sent += 1
-        job_id = str(100 + self.sent)
-        self.jobs[job_id] = {"uid": artifact.plan.uid, "name": artifact.plan.name, "state": JobState.RUNNING}
-        self.queue.add(job_id)
-        if self.lose_answer:
-            self.lose_answer = False
-            raise BackendUnavailable("fake", "connection reset after the job was accepted")
-        return JobRef(self.cluster.name, "fake", job_id, artifact.plan.uid, artifact.plan.name)
-
-    def _status(self, job_id: str, ref: JobRef) -> JobStatus:
-        job = self.jobs.get(job_id)
-        if job is None:
-            return JobStatus(ref, JobState.UNKNOWN, reason="NoRecord")
-        return JobStatus(ref, job["state"], exit_code=0 if job["state"] == JobState.SUCCEEDED else None)
-
-    def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
-        self._maybe_fail()
-        wanted = {i.uid for i in identities}
-        found = {}
-        for job_id in sorted(self.queue, key=int):
-            job = self.jobs[job_id]
-            if job["uid"] in wanted:
-                found[job["uid"]] = self._status(job_id, JobRef(self.cluster.name, "fake", job_id, job["uid"],
-                                                                job["name"]))
-        return found
-
-    def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
-        self._maybe_fail()
-        return {ref: self._status(ref.job_id, ref) for ref in refs}
-
-    def wait(self, ref: JobRef, timeout: float | None = None) -> JobStatus:
-        return self.poll([ref])[ref]
-
-    def cancel(self, ref: JobRef, signal: str | None = None, grace_seconds: float | None = None) -> None:
-        self.jobs[ref.job_id]["state"] = JobState.CANCELLED
-
-    def logs(self, ref: JobRef, follow: bool = False) -> Iterator[str]:
-        yield ""
-
-    def list_jobs(self) -> list[JobStatus]:
-        return []
-
-    def capacity(self, plan):
-        from bridge.adapters.base import Capacity
-
-        return Capacity(self.free_nodes, 8, f"fake: {self.free_nodes} of 8 nodes free")
-
-    def check(self) -> str:
-        return "fake"
-
-    def finish(self, job_id: str, forget: bool = False) -> None:
-        self.jobs[job_id]["state"] = JobState.SUCCEEDED
-        if forget:
-            self.queue.discard(job_id)
+from tests.builders import TRAINJOB, cluster
+from tests.fakes import FakeBackend, FakeTransport
 
 
 @pytest.fixture
 def prepared(monkeypatch, tmp_path) -> service.Prepared:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                            "metadata": {"name": "fake"}, "spec": {"type": "slurm"}})
+    fake = cluster("slurm", "fake")
     monkeypatch.setattr(service.targets, "get_adapter", lambda cluster: FakeBackend(cluster))
     source = service.read_input("-", stdin=TRAINJOB)
-    return service.prepare(source, cluster="fake", configured={"fake": cluster})
+    return service.prepare(source, cluster="fake", configured={"fake": fake})
 
 
 def test_running_job_is_returned_not_sent_again(prepared) -> None:
@@ -214,36 +111,30 @@ def test_an_input_file_cannot_replace_a_configured_cluster(prepared) -> None:
 # --- error classes at the backend boundary ----------------------------------------------------------------
 
 
-class ScriptedTransport(Transport):
-    def __init__(self, answers: dict[str, CommandResult]) -> None:
-        self.answers = answers
+def scripted(answers: dict[str, CommandResult]) -> FakeTransport:
+    """A transport answering each command by its name (sacct's completion query: ``sacct --completion``)."""
+    def answer(argv: tuple[str, ...]) -> CommandResult:
+        return answers[" ".join(argv[:2]) if argv[0] == "sacct" and "--completion" in argv else argv[0]]
 
-    def run(self, argv, stdin=None, timeout=60.0, resend=True) -> CommandResult:
-        key = " ".join(argv[:2]) if argv[0] == "sacct" and "--completion" in argv else argv[0]
-        return self.answers[key]
-
-    def stream(self, argv, timeout=24 * 3600.0, check=True):
-        yield from ()
+    return FakeTransport(answer)
 
 
 def _slurm(transport):
     from bridge.adapters.slurm import SlurmAdapter
 
-    cluster = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                            "metadata": {"name": "s"}, "spec": {"type": "slurm"}})
-    return SlurmAdapter(cluster, transport=transport)
+    return SlurmAdapter(cluster("slurm", "s"), transport=transport)
 
 
 def test_slurm_history_lookup_failure_raises_instead_of_reading_as_no_jobs() -> None:
     gone = CommandResult(("squeue",), 1, "", "slurm_load_jobs error: Invalid job id specified")
-    adapter = _slurm(ScriptedTransport({
+    adapter = _slurm(scripted({
         "squeue": gone,
         "sacct": CommandResult(("sacct",), 1, "", "sacct: error: Problem talking to the database: Connection refused"),
     }))
     ref = JobRef("s", "slurm", "42", "u", "n")
     with pytest.raises(BackendUnavailable):
         adapter.poll([ref])
-    adapter = _slurm(ScriptedTransport({
+    adapter = _slurm(scripted({
         "squeue": gone,
         "sacct": CommandResult(("sacct",), 1, "", "sacct: error: Slurm accounting storage is disabled"),
         "sacct --completion": CommandResult(("sacct",), 1, "", "sacct: error: jobcomp plugin: permission denied"),
