@@ -20,12 +20,8 @@ from bridge.api.trainjob import MANAGED_BY_BRIDGE
 from bridge.errors import InvalidSpec
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.metrics import Metrics, read_token
-from bridge.operator.reconciler import (
-    Permanent,
-    Reconciler,
-    Temporary,
-    Timing,
-)
+from bridge.operator.reconciler import Permanent, Reconciler, Temporary
+from bridge.operator.sync import Timing
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer

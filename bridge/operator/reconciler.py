@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from bridge import service
 from bridge.annotations import (
@@ -26,20 +24,27 @@ from bridge.annotations import (
     MIGRATE_REASON_ANNOTATION,
     MIGRATE_SIGNAL_ANNOTATION,
 )
+from bridge.api.trainjob import MANAGED_BY_BRIDGE
 from bridge.errors import BackendRejected, BridgeError, InvalidSpec
 from bridge.operator import conditions as cond
 from bridge.operator.metrics import Metrics
+from bridge.operator.submitter import Submitter
+from bridge.operator.sync import ClusterSync, Timing, Tracked
 
 if TYPE_CHECKING:
-    from bridge.adapters.base import Adapter, JobStatus
+    from bridge.adapters.base import Adapter, JobRef, JobStatus
     from bridge.api.cluster import BridgeCluster
     from bridge.api.trainjob import TrainJob
     from bridge.tenancy import Request
-from bridge.api.trainjob import MANAGED_BY_BRIDGE
 
 log = logging.getLogger("hpcbridge.operator")
 #: notes shown as Events per TrainJob, at most (a script with many dropped lines must not flood the namespace)
 MAX_NOTE_EVENTS = 20
+
+
+#: what a suspended TrainJob shows
+SUSPENDED_CHANGES = (cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
+                     cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended"))
 
 
 class Permanent(Exception):
@@ -52,299 +57,6 @@ class Temporary(Exception):
     def __init__(self, message: str, delay: float) -> None:
         super().__init__(message)
         self.delay = delay
-
-
-@dataclass
-class Tracked:
-    namespace: str
-    name: str
-    uid: str
-    ref: Any  # JobRef
-    conditions: list[dict[str, Any]]
-    generation: int | None = None
-    #: (state, reason, message, exit code) last written
-    last: tuple[str, str | None, str | None, int | None] | None = None
-    #: changes to write with the next poll's (Submitted: one status write where there would be two)
-    pending: list[cond.Change] = field(default_factory=list, repr=False, compare=False)
-    done: bool = False
-    #: held while its conditions are computed and written: one write at a time per TrainJob
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-
-@dataclass
-class Timing:
-    """Sync loop intervals: *fast* after a change, doubling to *slow* while nothing changes."""
-
-    fast: float = 0.5
-    slow: float = 1.5
-    outage_retry: float = 2.0
-    #: after the backend's journal names a job whose state the poll does not show changed yet (its listing
-    #: lags the journal), polls again this often, for up to *lag_window* seconds
-    journal_retry: float = 0.05
-    lag_window: float = 1.0
-
-
-class ClusterSync:
-    """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle. Nothing runs until
-    ``start``: a sync can be built and driven one cycle at a time (the unit tests do)."""
-
-    def __init__(self, cluster_name: str, adapter: Adapter, api: Any, timing: Timing,
-                 metrics: Metrics | None = None) -> None:
-        self.cluster_name, self.adapter, self.api, self.timing = cluster_name, adapter, api, timing
-        self.metrics = metrics or Metrics()
-        self.tracked: dict[str, Tracked] = {}
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
-        self.stopping = threading.Event()
-        self.unavailable: str | None = None
-        self.writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"status-{cluster_name}")
-        #: job ids the backend's journal named since the last poll; and those it named whose change the polls
-        #: did not show yet, with the time to stop looking
-        self.hinted: set[str] = set()
-        self.lagging: dict[str, float] = {}
-        self.journal_events = 0
-        self.thread = threading.Thread(target=self._loop, name=f"sync-{cluster_name}", daemon=True)
-        self.watcher = threading.Thread(target=self._watch, name=f"journal-{cluster_name}", daemon=True)
-
-    def start(self) -> None:
-        """Start the poll loop and the journal watcher (once)."""
-        self.thread.start()
-        self.watcher.start()
-
-    def track(self, item: Tracked) -> None:
-        with self.lock:
-            self.tracked[item.uid] = item
-        self.wake.set()
-
-    def forget(self, uid: str) -> Tracked | None:
-        with self.lock:
-            return self.tracked.pop(uid, None)
-
-    def change(self, item: Tracked, changes: list[cond.Change]) -> bool:
-        """Apply *changes* to a followed TrainJob's conditions and write them (the one writer of them while it
-        is followed); False when it is no longer followed, or gone (then no longer followed). Writes for
-        different TrainJobs run at once; for one, one at a time."""
-        from bridge.operator.kube import Gone
-
-        with item.lock:
-            with self.lock:
-                if self.tracked.get(item.uid) is not item:
-                    return False  # suspended or deleted meanwhile: what a poll before that said is stale
-            updated = cond.apply(item.conditions, changes, item.generation)
-            if updated == item.conditions:
-                return True
-            try:
-                self.api.write_conditions(item.namespace, item.name, item.uid, updated)
-            except Gone:
-                with self.lock:
-                    self.tracked.pop(item.uid, None)
-                item.done = True
-                return False
-            item.conditions = updated
-            return True
-
-    def states(self) -> dict[str, int]:
-        with self.lock:
-            items = list(self.tracked.values())
-        counts: dict[str, int] = {}
-        for item in items:
-            state = item.last[0] if item.last else "Submitted"
-            counts[state] = counts.get(state, 0) + 1
-        return counts
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.wake.set()
-
-    def _loop(self) -> None:
-        interval = self.timing.fast
-        while not self.stopping.is_set():
-            with self.lock:
-                active = [item for item in self.tracked.values() if not item.done]
-            if not active:
-                self.wake.wait(self.timing.slow)
-                self.wake.clear()
-                continue
-            started = time.monotonic()
-            try:
-                changed = self.cycle(active)
-            except BridgeError as exc:
-                self.metrics.backend_error(self.cluster_name)
-                self._outage(active, str(exc))
-                self.wake.wait(self.timing.outage_retry)
-                self.wake.clear()
-                continue
-            except Exception:  # never let one bad answer end the loop for every TrainJob of the cluster
-                log.exception("sync loop for cluster %s", self.cluster_name)
-                changed = False
-            self.metrics.cycle(self.cluster_name, time.monotonic() - started)
-            interval = self.timing.fast if changed else min(interval * 2, self.timing.slow)
-            with self.lock:
-                lagging = bool(self.lagging)
-            self.wake.wait(self.timing.journal_retry if lagging else interval)
-            self.wake.clear()
-
-    def _watch(self) -> None:
-        """Follow the backend's event journal, where it has one: each job it names wakes the loop at once,
-        so a state change reaches the TrainJob in one poll instead of up to an interval later. Polling goes
-        on regardless; the journal only makes it prompt."""
-        while not self.stopping.is_set():
-            adapter = self.adapter
-            error: BridgeError | None
-            try:
-                changes = adapter.changes()
-            except BridgeError as exc:
-                changes, error = None, exc
-            else:
-                error = None
-            if changes is None and error is None:
-                return  # no journal: polled only
-            try:
-                for job_id in changes or ():
-                    if self.stopping.is_set() or adapter is not self.adapter:
-                        break
-                    if job_id is not None:
-                        self.journal_events += 1
-                        self.metrics.journal_event(self.cluster_name)
-                        with self.lock:
-                            self.hinted.add(job_id)
-                        self.wake.set()
-            except BackendRejected as exc:
-                log.warning("cluster %s: no event journal (%s); its jobs are polled", self.cluster_name, exc)
-                return
-            except BridgeError as exc:
-                error = exc
-            finally:
-                if changes is not None:
-                    changes.close()
-            if error is not None:
-                log.info("cluster %s: event journal interrupted (%s); reopened in %gs", self.cluster_name, error,
-                         self.timing.outage_retry)
-            self.stopping.wait(self.timing.outage_retry)
-
-    def cycle(self, active: list[Tracked]) -> bool:
-        with self.lock:
-            hinted, self.hinted = self.hinted, set()
-            now = time.monotonic()
-            followed = {item.ref.job_id for item in active}
-            for job_id in hinted & followed:  # the journal names every job of the instance
-                self.lagging.setdefault(job_id, now + self.timing.lag_window)
-            self.lagging = {job_id: until for job_id, until in self.lagging.items() if until > now}
-        statuses = service.poll(self.adapter, [item.ref for item in active])
-        if self.unavailable is not None:
-            self.unavailable = None
-            for item in active:
-                self._safely(item, [cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable",
-                                                f"cluster {self.cluster_name} answers again")])
-        work = []
-        for item in active:
-            status = statuses.get(item.ref)
-            if status is None:
-                continue
-            key = (status.state.value, status.reason, status.message, status.exit_code)
-            if key != item.last or item.pending:
-                work.append((item, status, key))
-                with self.lock:
-                    self.lagging.pop(item.ref.job_id, None)
-
-        def write(entry: tuple[Tracked, JobStatus, tuple[str, str | None, str | None, int | None]]) -> None:
-            item, status, key = entry
-            job = f"{self.adapter.backend} job {item.ref.job_id} on cluster {self.cluster_name}"
-            pending, item.pending = item.pending, []
-            changes = [*pending, *cond.for_status(status.state.value, status.reason, status.message,
-                                                  status.exit_code, job)]
-            if not self._safely(item, changes):
-                item.pending = pending
-            else:
-                # an Event per change of state; waiting is what Submitted already said
-                if (item.last is None or item.last[0] != key[0]) and key[0] not in ("Pending", "Unknown"):
-                    warning = status.state.value in ("Failed", "Cancelled", "Timeout")
-                    self.api.event(item.namespace, item.name, item.uid, status.state.value, changes[-1].message,
-                                   warning=warning)
-                item.last = key
-                item.done = status.state.finished
-
-        # many jobs end together (a burst of completions): their status writes go out side by side
-        if len(work) > 1:
-            list(self.writers.map(write, work))
-        else:
-            for entry in work:
-                write(entry)
-        return bool(work)
-
-    def _outage(self, active: list[Tracked], message: str) -> None:
-        if self.unavailable is None:
-            self.unavailable = message
-            for item in active:
-                if self._safely(item, [cond.Change(cond.BACKEND_UNAVAILABLE, True, "BackendUnavailable", message)]):
-                    self.api.event(item.namespace, item.name, item.uid, "BackendUnavailable", message, warning=True)
-
-    def _safely(self, item: Tracked, changes: list[cond.Change]) -> bool:
-        try:
-            return self.change(item, changes)
-        except BridgeError as exc:
-            log.warning("TrainJob %s/%s: status not written: %s", item.namespace, item.name, exc)
-            return False
-
-
-class Submitter:
-    """Group commit of one cluster's submissions: ``run`` calls arriving from many kopf workers while a group
-    is being sent wait and go out together as the next group, with one lookup by uid for all of it (one
-    squeue for a burst of TrainJobs instead of one each); a lone submission goes out at once."""
-
-    def __init__(self, retry: service.Retry) -> None:
-        self.retry = retry
-        self._queue: list[tuple[Any, service.IfFinished, Future[service.Submitted]]] = []
-        self._lock = threading.Lock()
-        self._sending = False
-
-    def submit(self, prepared: service.Prepared, if_finished: service.IfFinished) -> service.Submitted:
-        future: Future[service.Submitted] = Future()
-        with self._lock:
-            self._queue.append((prepared, if_finished, future))
-            lead, self._sending = not self._sending, True
-        if lead:  # this caller sends groups until none is waiting; the others wait for their answers
-            while True:
-                with self._lock:
-                    group, self._queue = self._queue, []
-                    if not group:
-                        self._sending = False
-                        break
-                self._send(group)
-        return future.result()
-
-    def _send(self, group: list[tuple[Any, service.IfFinished, Future[service.Submitted]]]) -> None:
-        batches: dict[tuple[int, str], list[tuple[Any, service.IfFinished, Future[service.Submitted]]]] = {}
-        for entry in group:
-            batches.setdefault((id(entry[0].adapter), entry[1]), []).append(entry)
-        for batch in batches.values():
-            self._send_batch(batch)
-
-    def _send_batch(self, batch: list[tuple[Any, service.IfFinished, Future[service.Submitted]]]) -> None:
-        # one plan per uid (kopf runs one handler per TrainJob at a time; a duplicate shares the answer)
-        by_uid: dict[str, list[Future[service.Submitted]]] = {}
-        plans = []
-        for prepared, _, future in batch:
-            if prepared.plan.uid not in by_uid:
-                plans.append(prepared)
-            by_uid.setdefault(prepared.plan.uid, []).append(future)
-        try:
-            results = service.submit_many(plans, if_finished=batch[0][1], retry=self.retry)
-        except BaseException as exc:
-            if len(plans) > 1 and not (isinstance(exc, BridgeError) and exc.retryable):
-                # one plan the backend refuses must not fail the others: each alone (those already sent are
-                # found by uid, not sent again)
-                for prepared in plans:
-                    self._send_batch([(prepared, batch[0][1], f) for f in by_uid[prepared.plan.uid]])
-                return
-            for futures in by_uid.values():
-                for future in futures:
-                    future.set_exception(exc)
-            return
-        for prepared, result in zip(plans, results, strict=True):
-            for future in by_uid[prepared.plan.uid]:
-                future.set_result(result)
-
 
 @dataclass
 class Reconciler:
@@ -385,74 +97,15 @@ class Reconciler:
             return {}  # another controller's (the kopf filter already says which are ours)
         if cond.finished(current):
             return {}  # done before this operator started: its record stays as it is
-        from bridge.api.loader import parse_object
-        from bridge.operator.kube import without_server_fields
-
         item = Tracked(namespace, name, uid, None, current, meta.get("generation"))
         if spec.get("suspend"):
-            self._standalone_change(item, [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
-                                           cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")])
+            self._standalone_change(item, SUSPENDED_CHANGES)
             return {}
         # resumed after a suspend: the job the suspend stopped is finished, and runs again (a job sent after the
         # resume is found still running, or has finished and then the TrainJob is finished too)
-        suspended = next((c for c in current if c.get("type") == cond.SUSPENDED), None)
-        if_finished: service.IfFinished = "rerun" if suspended is not None else "attach"
-        try:
-            from bridge.operator.kueue import as_admitted
-
-            # the body kopf hands over is a TrainJob's
-            trainjob = cast("TrainJob", parse_object(as_admitted(without_server_fields(body)),
-                                                     f"TrainJob {namespace}/{name}"))
-            ref_spec = trainjob.spec.runtime_ref
-            runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
-            source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
-                                   f"TrainJob {namespace}/{name}", None)
-            prepared = service.prepare(source, configured=self.api.clusters(),
-                                       default_cluster=self.default_cluster or "", adapter_for=self._adapter,
-                                       tenancy=self._tenancy(namespace))
-            submitted = self._submitter(prepared.adapter.cluster.name).submit(prepared, if_finished)
-        except InvalidSpec as exc:
-            self.metrics.submission(_target(body), "refused")
-            reason = ("NamespaceNotAllowed" if exc.field == "metadata.namespace" else
-                      "InvalidBridgeCluster" if exc.field.startswith("BridgeCluster ") else "InvalidTrainJob")
-            self._refuse(item, reason, str(exc))
-            raise Permanent(str(exc)) from None
-        except BackendRejected as exc:
-            self.metrics.submission(_target(body), "refused")
-            self.metrics.backend_error(_target(body))
-            self._refuse(item, "BackendRejected", str(exc))
-            raise Permanent(str(exc)) from None
-        except BridgeError as exc:
-            if not exc.retryable:
-                self._refuse(item, type(exc).__name__, str(exc))
-                raise Permanent(str(exc)) from None
-            self.metrics.submission(_target(body), "unavailable")
-            self.metrics.backend_error(_target(body))
-            self._standalone_change(item, [cond.Change(cond.BACKEND_UNAVAILABLE, True, "BackendUnavailable",
-                                                       str(exc))])
-            raise Temporary(str(exc), self.timing.outage_retry) from None
-        ref = submitted.ref
-        self.metrics.submission(prepared.adapter.cluster.name, "attached" if submitted.existing else "submitted")
-        item.ref = ref
-        cluster = prepared.adapter.cluster.name
-        sync = self._sync(cluster, None)  # polls as the cluster's own identity; the tenant's acts
-        recorded = {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster}
-        annotations = meta.get("annotations") or {}
-        job = f"{prepared.adapter.backend} job {ref.job_id} on cluster {cluster}"
-        first = not submitted.existing
-        changes = [cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}"),
-                   cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable", f"{job} found")]
-        if suspended is not None:
-            changes.append(cond.Change(cond.SUSPENDED, False, "Resumed", "TrainJob is resumed"))
-        item.pending = changes  # written with the first poll of the job, which track() asks for at once
-        sync.track(item)
-        if first:  # an Event is a courtesy: it does not hold up the next submission
-            sync.writers.submit(self.api.event, namespace, name, uid, "Submitted", f"submitted as {job}")
-            # what the CLI prints as notes (an option dropped off Slurm, a field not honoured), so kubectl
-            # describe shows it too: nothing the TrainJob asked for is left out silently
-            for note in prepared.notes[:MAX_NOTE_EVENTS]:
-                sync.writers.submit(self.api.event, namespace, name, uid, "Note", note)
-        return {key: value for key, value in recorded.items() if annotations.get(key) != value}
+        resumed = any(c.get("type") == cond.SUSPENDED for c in current)
+        prepared, submitted = self._submit(body, item, "rerun" if resumed else "attach")
+        return self._follow(item, meta.get("annotations") or {}, prepared, submitted, resumed)
 
     def suspend(self, body: dict[str, Any], grace_seconds: float = 30.0) -> None:
         """``spec.suspend`` set: the backend job is stopped (SIGTERM, then killed after the grace) and the
@@ -464,9 +117,7 @@ class Reconciler:
         current = list((body.get("status") or {}).get("conditions") or [])
         if cond.finished(current):
             return
-        item = None
-        for sync in list(self.syncs.values()):
-            item = sync.forget(uid) or item
+        item = self._unfollow(uid)
         cluster = self._job_cluster(meta, item)
         if cluster is not None:
             try:
@@ -479,35 +130,25 @@ class Reconciler:
             except InvalidSpec as exc:  # the namespace is no tenant of that cluster: nothing of it to stop there
                 log.warning("TrainJob %s/%s: suspend: %s", namespace, name, exc)
             except BridgeError as exc:
-                if exc.retryable:
-                    raise Temporary(str(exc), self.timing.outage_retry) from None
-                raise Permanent(str(exc)) from None
-        changes = [cond.Change(cond.RUNNING, False, "Suspended", "TrainJob is suspended"),
-                   cond.Change(cond.SUSPENDED, True, "Suspended", "TrainJob is suspended")]
+                self._fail(exc)
         if item is None:
-            self._standalone_change(Tracked(namespace, name, uid, None, current, meta.get("generation")), changes)
+            self._standalone_change(Tracked(namespace, name, uid, None, current, meta.get("generation")),
+                                    SUSPENDED_CHANGES)
             return
         with item.lock:  # after a write of the sync loop still in flight, on top of what it wrote
-            self._standalone_change(item, changes)
+            self._standalone_change(item, SUSPENDED_CHANGES)
 
     def migrate(self, body: dict[str, Any]) -> dict[str, str | None]:
-        """``hpcbridge.io/migrate-to`` set on a running TrainJob: as ``hpcbridge migrate`` does — the target
-        must take it (else a Warning event, and it runs on where it is), the backend job is stopped with
-        ``hpcbridge.io/migrate-signal`` (default TERM@30) and has ended, the TrainJob runs on the target with
-        HPCBRIDGE_RESUME_FROM. Returns the annotations to write: the new job, the TrainJob's cluster (so a
-        restarted operator follows it there), the history, and migrate-to removed."""
-        import copy
-        import json
-
-        from bridge.api.loader import parse_object
-        from bridge.operator.kube import without_server_fields
-
+        """``hpcbridge.io/migrate-to`` set on a running TrainJob: as ``hpcbridge migrate`` does
+        (``bridge.service.move``) — the target must take it (else a Warning event, and it runs on where it is),
+        the backend job is stopped with ``hpcbridge.io/migrate-signal`` (default TERM@30) and has ended, the
+        TrainJob runs on the target with HPCBRIDGE_RESUME_FROM. Returns the annotations to write: the new job,
+        the TrainJob's cluster (so a restarted operator follows it there), the history, and migrate-to removed."""
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
         namespace, name, uid = _identity(meta)
         annotations = meta.get("annotations") or {}
         target = annotations.get(MIGRATE_ANNOTATION)
-        tracked = self._tracked(uid)
-        cluster = self._job_cluster(meta, tracked)
+        cluster = self._job_cluster(meta, self._tracked(uid))
         current = list((body.get("status") or {}).get("conditions") or [])
         done: dict[str, str | None] = {MIGRATE_ANNOTATION: None}
         if not target or target == cluster or cond.finished(current):
@@ -516,66 +157,31 @@ class Reconciler:
             return {**done, CLUSTER_ANNOTATION: target}  # not running: it runs on the target when it runs
         try:  # the target must take it before anything stops
             signal, grace = service.parse_stop_signal(annotations.get(MIGRATE_SIGNAL_ANNOTATION) or "TERM@30")
-            doc = copy.deepcopy(without_server_fields(body))
-            doc["metadata"].setdefault("annotations", {})[CLUSTER_ANNOTATION] = target
-            service.add_resume_env(doc, f"the job of TrainJob {name} on {cluster}")
-            trainjob = cast("TrainJob", parse_object(doc, f"TrainJob {namespace}/{name}"))  # kopf's TrainJob
-            ref_spec = trainjob.spec.runtime_ref
-            runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
-            source = service.Input((trainjob, *([runtime] if runtime is not None else [])),
-                                   f"TrainJob {namespace}/{name}", None)
-            prepared = service.prepare(source, cluster=target, configured=self.api.clusters(),
-                                       adapter_for=self._adapter, tenancy=self._tenancy(namespace))
+            prepared = self._prepare_move(body, cluster, target)
         except InvalidSpec as exc:  # refused before anything stopped: it runs on where it is
             self.api.event(namespace, name, uid, "MigrationRefused", str(exc), warning=True)
             return done
-        try:  # the job to move is the one the backend holds for this uid under the tenant's identity
-            source_adapter, owned = self._owned_job(cluster, namespace, uid, name)
-        except InvalidSpec:
-            owned = None
-        except BridgeError as exc:
-            if exc.retryable:
-                raise Temporary(str(exc), self.timing.outage_retry) from None
-            raise Permanent(str(exc)) from None
-        if owned is None or owned.state.value == "Unknown":
+        found = self._job_to_move(cluster, namespace, uid, name)
+        if found is None:
             return {**done, CLUSTER_ANNOTATION: target}  # nothing of it runs there: it runs on the target
-        job_id = owned.ref.job_id
-        item = None
-        for sync in list(self.syncs.values()):
-            item = sync.forget(uid) or item
-        item = item or Tracked(namespace, name, uid, None, current, meta.get("generation"))
+        source_adapter, job = found
+        item = self._unfollow(uid) or Tracked(namespace, name, uid, None, current, meta.get("generation"))
         try:
-            status, stopped_by = service.stop_to_move(source_adapter, owned.ref, signal, grace, retry=self.retry)
-            submitted = self._submitter(target).submit(prepared, "rerun")
+            moved = service.move(source_adapter, job, prepared, signal=signal, grace_seconds=grace,
+                                 reason=annotations.get(MIGRATE_REASON_ANNOTATION) or "", retry=self.retry,
+                                 send=lambda prepared: self._submitter(target).submit(prepared, "rerun"))
         except BridgeError as exc:
-            if exc.retryable:
-                raise Temporary(str(exc), self.timing.outage_retry) from None
-            self.api.event(namespace, name, uid, "MigrationFailed", str(exc), warning=True)
-            raise Permanent(str(exc)) from None
-        move = service.move_record(status, stopped_by, target, submitted.ref.job_id,
-                                   annotations.get(MIGRATE_REASON_ANNOTATION) or "")
-        history = [*json.loads(annotations.get(HISTORY_ANNOTATION) or "[]"), move]
-        how = f" after {move['signal']}" if move["signal"] else ""
-        why = f": {move['reason']}" if move["reason"] else ""
-        message = (f"moved from {cluster} job {job_id} ({status.state.value}{how}) to {target} job "
-                   f"{submitted.ref.job_id}{why}")
-        job = f"{prepared.adapter.backend} job {submitted.ref.job_id} on cluster {target}"
-        item.ref = submitted.ref
-        item.pending = [cond.Change(cond.MIGRATED, True, "Migrated", message),
-                        cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}")]
-        self._sync(target, None).track(item)
-        self.api.event(namespace, name, uid, "Migrated", message)
-        return {**done, JOB_ID_ANNOTATION: submitted.ref.job_id, JOB_CLUSTER_ANNOTATION: target,
-                CLUSTER_ANNOTATION: target, HISTORY_ANNOTATION: json.dumps(history, sort_keys=True)}
+            if not exc.retryable:
+                self.api.event(namespace, name, uid, "MigrationFailed", str(exc), warning=True)
+            self._fail(exc)
+        return {**done, **self._moved(item, cluster, job.job_id, target, moved, annotations)}
 
     def delete(self, body: dict[str, Any]) -> None:
         """A TrainJob being deleted: the job the backend holds for its uid, under its tenant's identity, is
         cancelled and what was created for it removed."""
         meta = body.get("metadata") or {}
         namespace, name, uid = _identity(meta)
-        item = None
-        for sync in list(self.syncs.values()):
-            item = sync.forget(uid) or item
+        item = self._unfollow(uid)
         cluster = self._job_cluster(meta, item)
         if cluster is None:
             return  # never submitted, or its cluster is gone
@@ -599,6 +205,143 @@ class Reconciler:
         adapters = [sync.adapter for sync in self.syncs.values()] + [kept for _, kept in self._adapters.values()]
         for adapter in {id(adapter): adapter for adapter in adapters}.values():
             adapter.close()
+
+    # --- the steps of the entry points
+
+    def _submit(self, body: dict[str, Any], item: Tracked,
+                if_finished: service.IfFinished) -> tuple[service.Prepared, service.Submitted]:
+        """Prepare the TrainJob *body* for its cluster, as its tenant, and send it (idempotently by uid). A
+        refusal is written on it (Failed, a Warning Event) and is Permanent; an outage shows BackendUnavailable
+        and is Temporary."""
+        from bridge.operator.kube import without_server_fields
+        from bridge.operator.kueue import as_admitted
+
+        namespace, name = item.namespace, item.name
+        try:
+            source = self._source(as_admitted(without_server_fields(body)), namespace, name)
+            prepared = service.prepare(source, configured=self.api.clusters(),
+                                       default_cluster=self.default_cluster or "", adapter_for=self._adapter,
+                                       tenancy=self._tenancy(namespace))
+            return prepared, self._submitter(prepared.adapter.cluster.name).submit(prepared, if_finished)
+        except InvalidSpec as exc:
+            self.metrics.submission(_target(body), "refused")
+            reason = ("NamespaceNotAllowed" if exc.field == "metadata.namespace" else
+                      "InvalidBridgeCluster" if exc.field.startswith("BridgeCluster ") else "InvalidTrainJob")
+            self._refuse(item, reason, str(exc))
+            raise Permanent(str(exc)) from None
+        except BackendRejected as exc:
+            self.metrics.submission(_target(body), "refused")
+            self.metrics.backend_error(_target(body))
+            self._refuse(item, "BackendRejected", str(exc))
+            raise Permanent(str(exc)) from None
+        except BridgeError as exc:
+            if not exc.retryable:
+                self._refuse(item, type(exc).__name__, str(exc))
+                raise Permanent(str(exc)) from None
+            self.metrics.submission(_target(body), "unavailable")
+            self.metrics.backend_error(_target(body))
+            self._standalone_change(item, [cond.Change(cond.BACKEND_UNAVAILABLE, True, "BackendUnavailable",
+                                                       str(exc))])
+            raise Temporary(str(exc), self.timing.outage_retry) from None
+
+    def _source(self, trainjob: dict[str, Any], namespace: str, name: str) -> service.Input:
+        """A TrainJob document (as kopf hands it over) and the runtime it names, read from the API (none: a
+        built-in stands in), as the service reads a file."""
+        from bridge.api.loader import parse_object
+
+        parsed = cast("TrainJob", parse_object(trainjob, f"TrainJob {namespace}/{name}"))
+        ref_spec = parsed.spec.runtime_ref
+        runtime = self.api.runtime(namespace, ref_spec.kind or "ClusterTrainingRuntime", ref_spec.name)
+        return service.Input((parsed, *([runtime] if runtime is not None else [])), f"TrainJob {namespace}/{name}",
+                             None)
+
+    def _follow(self, item: Tracked, annotations: dict[str, str], prepared: service.Prepared,
+                submitted: service.Submitted, resumed: bool) -> dict[str, str]:
+        """Follow a TrainJob just sent (or found sent) on its cluster's sync loop; Events for a job sent now
+        and its notes. Returns the annotations that record its job, where they are not there yet."""
+        ref = submitted.ref
+        self.metrics.submission(prepared.adapter.cluster.name, "attached" if submitted.existing else "submitted")
+        item.ref = ref
+        cluster = prepared.adapter.cluster.name
+        sync = self._sync(cluster, None)  # polls as the cluster's own identity; the tenant's acts
+        recorded = {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster}
+        job = f"{prepared.adapter.backend} job {ref.job_id} on cluster {cluster}"
+        first = not submitted.existing
+        changes = [cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}"),
+                   cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable", f"{job} found")]
+        if resumed:
+            changes.append(cond.Change(cond.SUSPENDED, False, "Resumed", "TrainJob is resumed"))
+        item.pending = changes  # written with the first poll of the job, which track() asks for at once
+        sync.track(item)
+        if first:  # an Event is a courtesy: it does not hold up the next submission
+            sync.writers.submit(self.api.event, item.namespace, item.name, item.uid, "Submitted",
+                                f"submitted as {job}")
+            # what the CLI prints as notes (an option dropped off Slurm, a field not honoured), so kubectl
+            # describe shows it too: nothing the TrainJob asked for is left out silently
+            for note in prepared.notes[:MAX_NOTE_EVENTS]:
+                sync.writers.submit(self.api.event, item.namespace, item.name, item.uid, "Note", note)
+        return {key: value for key, value in recorded.items() if annotations.get(key) != value}
+
+    def _prepare_move(self, body: dict[str, Any], cluster: str, target: str) -> service.Prepared:
+        """The TrainJob *body* prepared on *target*, as its tenant, resuming from its checkpoint: InvalidSpec
+        where the target does not take it (then nothing is stopped)."""
+        import copy
+
+        from bridge.operator.kube import without_server_fields
+
+        namespace, name, _ = _identity(body.get("metadata") or {})
+        doc = copy.deepcopy(without_server_fields(body))
+        doc["metadata"].setdefault("annotations", {})[CLUSTER_ANNOTATION] = target
+        service.add_resume_env(doc, f"the job of TrainJob {name} on {cluster}")
+        return service.prepare(self._source(doc, namespace, name), cluster=target, configured=self.api.clusters(),
+                               adapter_for=self._adapter, tenancy=self._tenancy(namespace))
+
+    def _job_to_move(self, cluster: str, namespace: str, uid: str, name: str) -> tuple[Adapter, JobRef] | None:
+        """The job the backend holds for the TrainJob *uid* under its tenant's identity on *cluster*, and the
+        adapter that acts for that tenant there; None when nothing of it runs there."""
+        try:
+            adapter, owned = self._owned_job(cluster, namespace, uid, name)
+        except InvalidSpec:
+            return None
+        except BridgeError as exc:
+            self._fail(exc)
+        if owned is None or owned.state.value == "Unknown":
+            return None
+        return adapter, owned.ref
+
+    def _moved(self, item: Tracked, cluster: str, job_id: str, target: str, moved: service.Moved,
+               annotations: dict[str, str]) -> dict[str, str | None]:
+        """A TrainJob moved: followed on *target* from now on (Migrated and Submitted with the first poll),
+        an Event; the annotations that record its new job and its history."""
+        import json
+
+        move, submitted = moved.move, moved.submitted
+        history = [*json.loads(annotations.get(HISTORY_ANNOTATION) or "[]"), move]
+        how = f" after {move['signal']}" if move["signal"] else ""
+        why = f": {move['reason']}" if move["reason"] else ""
+        message = (f"moved from {cluster} job {job_id} ({moved.source.state.value}{how}) to {target} job "
+                   f"{submitted.ref.job_id}{why}")
+        job = f"{moved.prepared.adapter.backend} job {submitted.ref.job_id} on cluster {target}"
+        item.ref = submitted.ref
+        item.pending = [cond.Change(cond.MIGRATED, True, "Migrated", message),
+                        cond.Change(cond.SUBMITTED, True, "Submitted", f"submitted as {job}")]
+        self._sync(target, None).track(item)
+        self.api.event(item.namespace, item.name, item.uid, "Migrated", message)
+        return {JOB_ID_ANNOTATION: submitted.ref.job_id, JOB_CLUSTER_ANNOTATION: target,
+                CLUSTER_ANNOTATION: target, HISTORY_ANNOTATION: json.dumps(history, sort_keys=True)}
+
+    def _unfollow(self, uid: str) -> Tracked | None:
+        """Stop following the TrainJob *uid* on every sync loop: what it was followed as, or None."""
+        item = None
+        for sync in list(self.syncs.values()):
+            item = sync.forget(uid) or item
+        return item
+
+    def _fail(self, exc: BridgeError) -> NoReturn:
+        """A backend error as kopf is to take it: Temporary (retried after a while) or Permanent."""
+        if exc.retryable:
+            raise Temporary(str(exc), self.timing.outage_retry) from None
+        raise Permanent(str(exc)) from None
 
     # --- helpers
 
@@ -678,7 +421,7 @@ class Reconciler:
         self._standalone_change(item, [cond.Change(cond.FAILED, True, reason, message)])
         self.api.event(item.namespace, item.name, item.uid, reason, message, warning=True)
 
-    def _standalone_change(self, item: Tracked, changes: list[cond.Change]) -> None:
+    def _standalone_change(self, item: Tracked, changes: Sequence[cond.Change]) -> None:
         """Conditions for a TrainJob no sync loop follows (refused, or its cluster unreachable)."""
         from bridge.operator.kube import Gone
 

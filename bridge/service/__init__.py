@@ -20,6 +20,7 @@ from bridge.service.jobs import (
     exit_code,
     job_ref,
     job_refs,
+    journal,
     list_jobs,
     logs,
     owned_job,
@@ -33,6 +34,7 @@ from bridge.service.migration import (
     add_resume_env,
     history,
     migrate,
+    move,
     move_record,
     parse_stop_signal,
     stop_to_move,
@@ -60,8 +62,8 @@ from bridge.service.targets import (
 __all__ = [
     "NO_RETRY", "RESUME_ENV", "Follow", "IfFinished", "Input", "Moved", "Prepared", "Retry", "Submitted",
     "add_resume_env", "backend_cluster", "cache_entries", "cache_prune", "cancel", "cancel_ref", "check",
-    "cluster_adapter", "clusters", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "list_jobs", "logs",
-    "migrate", "move_record", "owned_job", "parse_stop_signal", "poll", "prepare", "queued", "read_input", "render",
+    "cluster_adapter", "clusters", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "logs",
+    "migrate", "move", "move_record", "owned_job", "parse_stop_signal", "poll", "prepare", "queued", "read_input", "render",
     "stop_and_remove", "stop_to_move", "staging_dir", "status", "submit", "submit_array", "submit_many",
     "tenant_adapter", "wait_for_dependency",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -124,3 +124,9 @@ def stop_and_remove(adapter: Adapter, ref: JobRef, retry: Retry = NO_RETRY) -> N
 def logs(adapter: Adapter, job_id: str, follow: bool = False) -> Iterator[str]:
     (ref,) = job_refs(adapter, [job_id])
     return adapter.logs(ref, follow=follow)
+
+
+def journal(adapter: Adapter) -> Generator[str | None, None, None] | None:
+    """The backend's event journal, where it has one (``Adapter.changes``): the ids of jobs whose state just
+    changed, for a sync loop to poll at once; None where jobs are only polled."""
+    return adapter.changes()

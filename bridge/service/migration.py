@@ -69,12 +69,26 @@ def migrate(adapter: Adapter, job_id: str, target: str, *, signal: str = "TERM",
     prepared = prepare(source, cluster=target, configured=configured)  # refused here: nothing was stopped yet
     if prepared.plan.cluster == adapter.cluster.name:
         raise InvalidSpec("--to", target, f"job {job_id} already runs on cluster {target}")
+    moved = move(adapter, ref, prepared, signal=signal, grace_seconds=grace_seconds, reason=reason,
+                 wait_seconds=wait_seconds, retry=retry, clock=clock, sleep=sleep)
+    store.add_move(ref.uid, moved.move)
+    return moved
+
+
+def move(adapter: Adapter, ref: JobRef, prepared: Prepared, *, signal: str = "TERM", grace_seconds: float = 30.0,
+         reason: str = "", wait_seconds: float = 300.0, retry: Retry = NO_RETRY,
+         send: Callable[[Prepared], Submitted] | None = None, clock: Callable[[], float] = time.monotonic,
+         sleep: Callable[[float], None] = time.sleep) -> Moved:
+    """The move of job *ref* on *adapter*, once its target took the TrainJob (*prepared*, with
+    ``add_resume_env``): stop the job and wait until it has ended (``stop_to_move``), send *prepared* again under
+    its uid, and the entry for its history, which the caller keeps where its history lives (``migrate``: this
+    machine's record; the operator: the TrainJob). *send* sends it (the operator: its group commit, which runs it
+    again as ``if_finished="rerun"`` does); by default ``submit``."""
     status, stopped_by = stop_to_move(adapter, ref, signal, grace_seconds, wait_seconds=wait_seconds, retry=retry,
                                       clock=clock, sleep=sleep)
-    submitted = submit(prepared, if_finished="rerun", retry=retry)
-    move = move_record(status, stopped_by, prepared.plan.cluster, submitted.ref.job_id, reason)
-    store.add_move(ref.uid, move)
-    return Moved(status, submitted, prepared, move)
+    submitted = send(prepared) if send is not None else submit(prepared, if_finished="rerun", retry=retry)
+    record = move_record(status, stopped_by, prepared.plan.cluster, submitted.ref.job_id, reason)
+    return Moved(status, submitted, prepared, record)
 
 
 def add_resume_env(trainjob: dict[str, Any], job_id: str) -> None:

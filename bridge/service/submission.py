@@ -129,6 +129,33 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     """
     if not batch:
         return []
+    adapter = _one_cluster(batch)
+    from bridge.records import Records
+
+    records = Records(adapter.cluster.name)
+    results: dict[str, Submitted] = {}
+
+    def attempt() -> list[Submitted]:
+        pending = [p for p in batch if p.plan.uid not in results]
+        existing = _existing(adapter, records, [p.plan for p in pending])
+        to_send: list[Prepared] = []
+        for prepared in pending:
+            status = existing.get(prepared.plan.uid)
+            found = None if status is None else _found(adapter, prepared.plan, status, if_finished)
+            if found is None:
+                to_send.append(prepared)
+            else:
+                results[prepared.plan.uid] = found
+        for prepared in to_send:
+            results[prepared.plan.uid] = _send(adapter, records, prepared)
+        return [results[p.plan.uid] for p in batch]
+
+    return retry.call(attempt)
+
+
+def _one_cluster(batch: Sequence[Prepared]) -> Adapter:
+    """The one adapter a batch goes through; a job that needs ``submit``'s waiting (a dependency the backend
+    cannot hold, an array sent element by element) is refused."""
     held = next((p for p in batch if p.waits_for), None)
     if held is not None:
         raise InvalidSpec(f"metadata.annotations[{DEPENDENCY_ANNOTATION}]", held.waits_for,
@@ -142,46 +169,38 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     adapter = batch[0].adapter
     if any(p.adapter is not adapter for p in batch):
         raise ValueError("submit_many takes plans for one cluster (one adapter)")
-    from bridge.records import JobStore, Records, Submission, now
+    return adapter
 
-    records = Records(adapter.cluster.name)
-    results: dict[str, Submitted] = {}
 
-    def attempt() -> list[Submitted]:
-        pending = [p for p in batch if p.plan.uid not in results]
-        existing = _existing(adapter, records, [p.plan for p in pending])
-        to_send: list[Prepared] = []
-        for prepared in pending:
-            uid = prepared.plan.uid
-            status = existing.get(uid)
-            if status is None:
-                to_send.append(prepared)
-            elif not status.state.finished and status.state.value != "Unknown":
-                results[uid] = Submitted(status.ref, True, status)
-            elif if_finished == "attach":
-                results[uid] = Submitted(status.ref, True, status)
-            elif if_finished == "rerun":
-                if adapter.capabilities.unique_names:
-                    adapter.remove(status.ref)
-                to_send.append(prepared)
-            else:
-                plan = prepared.plan
-                what = (f"{status.state.value}" if status.state.value != "Unknown"
-                        else "which the cluster no longer knows (recorded by this machine)")
-                raise AlreadyRan(f"{plan.namespace}/{plan.name} (uid {uid}) already ran on cluster {plan.cluster} "
-                                 f"as job {status.ref.job_id}, {what}; `hpcbridge status "
-                                 f"{status.ref.job_id}` shows it; submit --rerun runs it again",
-                                 status.ref.job_id, status.state.value)
-        for prepared in to_send:
-            ref = adapter.submit(prepared.artifact)
-            plan = prepared.plan
-            records.add([Submission(plan.uid, ref.job_id, plan.name, plan.namespace, now())])
-            if prepared.objects:
-                JobStore().keep_definition(plan.uid, prepared.definition())
-            results[plan.uid] = Submitted(ref, False)
-        return [results[p.plan.uid] for p in batch]
+def _found(adapter: Adapter, plan: LaunchPlan, status: JobStatus, if_finished: IfFinished) -> Submitted | None:
+    """What submit answers for a uid that already has a job: that job, or None where it is to be sent again
+    (``rerun``: a backend with unique names first loses the finished one); AlreadyRan where it may not."""
+    if not status.state.finished and status.state.value != "Unknown":
+        return Submitted(status.ref, True, status)
+    if if_finished == "attach":
+        return Submitted(status.ref, True, status)
+    if if_finished == "rerun":
+        if adapter.capabilities.unique_names:
+            adapter.remove(status.ref)
+        return None
+    what = (f"{status.state.value}" if status.state.value != "Unknown"
+            else "which the cluster no longer knows (recorded by this machine)")
+    raise AlreadyRan(f"{plan.namespace}/{plan.name} (uid {plan.uid}) already ran on cluster {plan.cluster} "
+                     f"as job {status.ref.job_id}, {what}; `hpcbridge status "
+                     f"{status.ref.job_id}` shows it; submit --rerun runs it again",
+                     status.ref.job_id, status.state.value)
 
-    return retry.call(attempt)
+
+def _send(adapter: Adapter, records: Records, prepared: Prepared) -> Submitted:
+    """Send one job and record it (and keep its definition, for ``migrate``) before anyone hears of it."""
+    from bridge.records import JobStore, Submission, now
+
+    ref = adapter.submit(prepared.artifact)
+    plan = prepared.plan
+    records.add([Submission(plan.uid, ref.job_id, plan.name, plan.namespace, now())])
+    if prepared.objects:
+        JobStore().keep_definition(plan.uid, prepared.definition())
+    return Submitted(ref, False)
 
 
 def _existing(adapter: Adapter, records: Records, plans: Sequence[LaunchPlan]) -> dict[str, JobStatus]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from bridge.adapters.base import JobRef, JobState, JobStatus
 from bridge.errors import BackendUnavailable
 from bridge.operator import conditions as cond
-from bridge.operator.reconciler import ClusterSync, Timing, Tracked
+from bridge.operator.sync import ClusterSync, Timing, Tracked
 
 
 def test_a_condition_turning_true_moves_last_and_keeps_its_time_while_unchanged() -> None:
@@ -192,7 +192,7 @@ def test_submissions_arriving_together_share_one_lookup_and_a_refused_one_fails_
 
     from bridge import service
     from bridge.errors import BackendRejected
-    from bridge.operator.reconciler import Submitter
+    from bridge.operator.submitter import Submitter
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     adapter = FakeBatchAdapter(refuse={"bad"})

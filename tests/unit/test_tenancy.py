@@ -269,7 +269,8 @@ def trainjob_body(namespace: str, uid: str, annotations: dict, suspend: bool = F
 
 @pytest.fixture
 def two_tenants():
-    from bridge.operator.reconciler import Reconciler, Timing
+    from bridge.operator.reconciler import Reconciler
+    from bridge.operator.sync import Timing
 
     backend = Backend()
     backend.jobs = {"100": ("alice", UID_A, JobState.RUNNING), "200": ("bob", UID_B, JobState.RUNNING)}

@@ -1,0 +1,255 @@
+"""Following TrainJobs on one BridgeCluster: one sync loop per cluster, one batched poll per cycle for all of
+its TrainJobs (``bridge.service.poll``), conditions and Events written on every change; the backend's event
+journal, where it has one, wakes the loop at once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bridge import service
+from bridge.errors import BackendRejected, BridgeError
+from bridge.operator import conditions as cond
+from bridge.operator.metrics import Metrics
+
+if TYPE_CHECKING:
+    from bridge.adapters.base import Adapter, JobStatus
+
+log = logging.getLogger("hpcbridge.operator")
+
+
+@dataclass
+class Tracked:
+    namespace: str
+    name: str
+    uid: str
+    ref: Any  # JobRef
+    conditions: list[dict[str, Any]]
+    generation: int | None = None
+    #: (state, reason, message, exit code) last written
+    last: tuple[str, str | None, str | None, int | None] | None = None
+    #: changes to write with the next poll's (Submitted: one status write where there would be two)
+    pending: list[cond.Change] = field(default_factory=list, repr=False, compare=False)
+    done: bool = False
+    #: held while its conditions are computed and written: one write at a time per TrainJob
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+
+@dataclass
+class Timing:
+    """Sync loop intervals: *fast* after a change, doubling to *slow* while nothing changes."""
+
+    fast: float = 0.5
+    slow: float = 1.5
+    outage_retry: float = 2.0
+    #: after the backend's journal names a job whose state the poll does not show changed yet (its listing
+    #: lags the journal), polls again this often, for up to *lag_window* seconds
+    journal_retry: float = 0.05
+    lag_window: float = 1.0
+
+
+class ClusterSync:
+    """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle. Nothing runs until
+    ``start``: a sync can be built and driven one cycle at a time (the unit tests do)."""
+
+    def __init__(self, cluster_name: str, adapter: Adapter, api: Any, timing: Timing,
+                 metrics: Metrics | None = None) -> None:
+        self.cluster_name, self.adapter, self.api, self.timing = cluster_name, adapter, api, timing
+        self.metrics = metrics or Metrics()
+        self.tracked: dict[str, Tracked] = {}
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.unavailable: str | None = None
+        self.writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"status-{cluster_name}")
+        #: job ids the backend's journal named since the last poll; and those it named whose change the polls
+        #: did not show yet, with the time to stop looking
+        self.hinted: set[str] = set()
+        self.lagging: dict[str, float] = {}
+        self.journal_events = 0
+        self.thread = threading.Thread(target=self._loop, name=f"sync-{cluster_name}", daemon=True)
+        self.watcher = threading.Thread(target=self._watch, name=f"journal-{cluster_name}", daemon=True)
+
+    def start(self) -> None:
+        """Start the poll loop and the journal watcher (once)."""
+        self.thread.start()
+        self.watcher.start()
+
+    def track(self, item: Tracked) -> None:
+        with self.lock:
+            self.tracked[item.uid] = item
+        self.wake.set()
+
+    def forget(self, uid: str) -> Tracked | None:
+        with self.lock:
+            return self.tracked.pop(uid, None)
+
+    def change(self, item: Tracked, changes: list[cond.Change]) -> bool:
+        """Apply *changes* to a followed TrainJob's conditions and write them (the one writer of them while it
+        is followed); False when it is no longer followed, or gone (then no longer followed). Writes for
+        different TrainJobs run at once; for one, one at a time."""
+        from bridge.operator.kube import Gone
+
+        with item.lock:
+            with self.lock:
+                if self.tracked.get(item.uid) is not item:
+                    return False  # suspended or deleted meanwhile: what a poll before that said is stale
+            updated = cond.apply(item.conditions, changes, item.generation)
+            if updated == item.conditions:
+                return True
+            try:
+                self.api.write_conditions(item.namespace, item.name, item.uid, updated)
+            except Gone:
+                with self.lock:
+                    self.tracked.pop(item.uid, None)
+                item.done = True
+                return False
+            item.conditions = updated
+            return True
+
+    def states(self) -> dict[str, int]:
+        with self.lock:
+            items = list(self.tracked.values())
+        counts: dict[str, int] = {}
+        for item in items:
+            state = item.last[0] if item.last else "Submitted"
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+
+    def _loop(self) -> None:
+        interval = self.timing.fast
+        while not self.stopping.is_set():
+            with self.lock:
+                active = [item for item in self.tracked.values() if not item.done]
+            if not active:
+                self.wake.wait(self.timing.slow)
+                self.wake.clear()
+                continue
+            started = time.monotonic()
+            try:
+                changed = self.cycle(active)
+            except BridgeError as exc:
+                self.metrics.backend_error(self.cluster_name)
+                self._outage(active, str(exc))
+                self.wake.wait(self.timing.outage_retry)
+                self.wake.clear()
+                continue
+            except Exception:  # never let one bad answer end the loop for every TrainJob of the cluster
+                log.exception("sync loop for cluster %s", self.cluster_name)
+                changed = False
+            self.metrics.cycle(self.cluster_name, time.monotonic() - started)
+            interval = self.timing.fast if changed else min(interval * 2, self.timing.slow)
+            with self.lock:
+                lagging = bool(self.lagging)
+            self.wake.wait(self.timing.journal_retry if lagging else interval)
+            self.wake.clear()
+
+    def _watch(self) -> None:
+        """Follow the backend's event journal, where it has one: each job it names wakes the loop at once,
+        so a state change reaches the TrainJob in one poll instead of up to an interval later. Polling goes
+        on regardless; the journal only makes it prompt."""
+        while not self.stopping.is_set():
+            adapter = self.adapter
+            error: BridgeError | None
+            try:
+                changes = service.journal(adapter)
+            except BridgeError as exc:
+                changes, error = None, exc
+            else:
+                error = None
+            if changes is None and error is None:
+                return  # no journal: polled only
+            try:
+                for job_id in changes or ():
+                    if self.stopping.is_set() or adapter is not self.adapter:
+                        break
+                    if job_id is not None:
+                        self.journal_events += 1
+                        self.metrics.journal_event(self.cluster_name)
+                        with self.lock:
+                            self.hinted.add(job_id)
+                        self.wake.set()
+            except BackendRejected as exc:
+                log.warning("cluster %s: no event journal (%s); its jobs are polled", self.cluster_name, exc)
+                return
+            except BridgeError as exc:
+                error = exc
+            finally:
+                if changes is not None:
+                    changes.close()
+            if error is not None:
+                log.info("cluster %s: event journal interrupted (%s); reopened in %gs", self.cluster_name, error,
+                         self.timing.outage_retry)
+            self.stopping.wait(self.timing.outage_retry)
+
+    def cycle(self, active: list[Tracked]) -> bool:
+        with self.lock:
+            hinted, self.hinted = self.hinted, set()
+            now = time.monotonic()
+            followed = {item.ref.job_id for item in active}
+            for job_id in hinted & followed:  # the journal names every job of the instance
+                self.lagging.setdefault(job_id, now + self.timing.lag_window)
+            self.lagging = {job_id: until for job_id, until in self.lagging.items() if until > now}
+        statuses = service.poll(self.adapter, [item.ref for item in active])
+        if self.unavailable is not None:
+            self.unavailable = None
+            for item in active:
+                self._safely(item, [cond.Change(cond.BACKEND_UNAVAILABLE, False, "BackendAvailable",
+                                                f"cluster {self.cluster_name} answers again")])
+        work = []
+        for item in active:
+            status = statuses.get(item.ref)
+            if status is None:
+                continue
+            key = (status.state.value, status.reason, status.message, status.exit_code)
+            if key != item.last or item.pending:
+                work.append((item, status, key))
+                with self.lock:
+                    self.lagging.pop(item.ref.job_id, None)
+
+        def write(entry: tuple[Tracked, JobStatus, tuple[str, str | None, str | None, int | None]]) -> None:
+            item, status, key = entry
+            job = f"{self.adapter.backend} job {item.ref.job_id} on cluster {self.cluster_name}"
+            pending, item.pending = item.pending, []
+            changes = [*pending, *cond.for_status(status.state.value, status.reason, status.message,
+                                                  status.exit_code, job)]
+            if not self._safely(item, changes):
+                item.pending = pending
+            else:
+                # an Event per change of state; waiting is what Submitted already said
+                if (item.last is None or item.last[0] != key[0]) and key[0] not in ("Pending", "Unknown"):
+                    warning = status.state.value in ("Failed", "Cancelled", "Timeout")
+                    self.api.event(item.namespace, item.name, item.uid, status.state.value, changes[-1].message,
+                                   warning=warning)
+                item.last = key
+                item.done = status.state.finished
+
+        # many jobs end together (a burst of completions): their status writes go out side by side
+        if len(work) > 1:
+            list(self.writers.map(write, work))
+        else:
+            for entry in work:
+                write(entry)
+        return bool(work)
+
+    def _outage(self, active: list[Tracked], message: str) -> None:
+        if self.unavailable is None:
+            self.unavailable = message
+            for item in active:
+                if self._safely(item, [cond.Change(cond.BACKEND_UNAVAILABLE, True, "BackendUnavailable", message)]):
+                    self.api.event(item.namespace, item.name, item.uid, "BackendUnavailable", message, warning=True)
+
+    def _safely(self, item: Tracked, changes: list[cond.Change]) -> bool:
+        try:
+            return self.change(item, changes)
+        except BridgeError as exc:
+            log.warning("TrainJob %s/%s: status not written: %s", item.namespace, item.name, exc)
+            return False
