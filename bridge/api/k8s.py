@@ -109,7 +109,7 @@ class LocalObjectReference(WireModel):
 
 
 class EnvVar(WireModel):
-    # Kubernetes' (relaxed) rule: printable ASCII except '='; HPC backends also need shell names (plan.py)
+    # Kubernetes' (relaxed) rule: printable ASCII except '='; HPC backends also need shell names (bridge.plan.staging)
     name: str = Field(min_length=1, max_length=1024, pattern=r"^[\x21-\x3c\x3e-\x7e]+$")
     value: str | None = None
     value_from: dict[str, Any] | None = None

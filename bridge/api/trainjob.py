@@ -144,7 +144,7 @@ class RuntimePatch(WireModel):
     manager: str = Field(min_length=1, max_length=253)
     time: str | None = None
     # The patch is a strategic-merge fragment of the runtime's JobSet template; its shape is checked when
-    # it is applied against the runtime (plan.py), where the target jobs and containers are known.
+    # it is applied against the runtime (bridge.plan.merge), where the target jobs and containers are known.
     training_runtime_spec: dict[str, Any] | None = None
 
     @field_validator("manager")

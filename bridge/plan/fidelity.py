@@ -49,6 +49,7 @@ def gang_note(plan: LaunchPlan) -> str | None:
 
 
 def queue_name(trainjob: TrainJob, cluster: BridgeCluster) -> str | None:
+    """The Kueue LocalQueue: the TrainJob's queue label, else the Kubernetes cluster's spec.kubernetes.queue."""
     labelled = (trainjob.metadata.labels or {}).get(QUEUE_LABEL)
     if labelled:
         return labelled

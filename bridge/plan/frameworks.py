@@ -48,6 +48,7 @@ def env_injection(policy: MLPolicy | None) -> tuple[tuple[str, tuple[str, ...]],
 
 
 def node_count(trainjob: TrainJob, policy: MLPolicy | None) -> int:
+    """numNodes: the TrainJob's, else the runtime policy's, else 1."""
     trainer = trainjob.spec.trainer
     if trainer and trainer.num_nodes is not None:
         nodes, where = trainer.num_nodes, "spec.trainer.numNodes"
@@ -61,6 +62,8 @@ def node_count(trainjob: TrainJob, policy: MLPolicy | None) -> int:
 
 
 def procs_and_launcher(trainjob: TrainJob, policy: MLPolicy | None, framework: str, resources: NodeResources) -> tuple[int, Launcher]:
+    """Processes per node and how they start, by policy: the TrainJob's numProcPerNode, else the policy's
+    default as Kubeflow derives it (per GPU, per CPU, or one)."""
     trainer = trainjob.spec.trainer
     explicit = trainer.num_proc_per_node if trainer else None
     if framework == "mpi":
@@ -104,6 +107,7 @@ def gpu_note(framework: str, procs: int, resources: NodeResources, job: str) -> 
 
 
 def check_xgboost_tracker(framework: str, env: Iterable[EnvEntry]) -> None:
+    """The xgboost tracker variable only on an xgboost runtime, and only naming a tracker hpc-bridge starts."""
     for entry in env:
         if entry.name == XGBOOST_TRACKER_ENV and (framework != "xgboost" or entry.value not in XGBOOST_TRACKERS):
             raise InvalidSpec(f"spec.trainer.env[{XGBOOST_TRACKER_ENV}]", entry.value,

@@ -42,6 +42,7 @@ def check_free_text(argv: tuple[str, ...], env: tuple[EnvEntry, ...]) -> None:
 
 
 def check_bounds(cluster: BridgeCluster, nodes: int, nodes_field: str, procs: int, time_limit: int | None) -> None:
+    """Node count, processes per node and time limit within what the backend can hold (``BackendTraits``)."""
     backend = cluster.spec.type
     traits = traits_of(cluster)
     most = traits.max_nodes

@@ -58,6 +58,8 @@ _MERGE_KEYS = {"replicatedJobs": "name", "containers": "name", "initContainers":
 
 
 def strategic_merge(base: Any, patch: Any, key: str | None = None) -> Any:
+    """*patch* over *base* as a strategic merge patch: mappings merged, keyed lists (``_MERGE_KEYS``) merged
+    by key, anything else replaced."""
     if isinstance(base, dict) and isinstance(patch, dict):
         merged = copy.deepcopy(base)
         for name, value in patch.items():

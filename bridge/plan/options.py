@@ -42,6 +42,7 @@ def parse_slurm_layout(value: str, where: str) -> tuple[str, ...]:
 
 
 def slurm_layout_text(names: Iterable[str]) -> str:
+    """The layout annotation's value for these option names (``parse_slurm_layout`` reads it back)."""
     given = [name for name in SLURM_LAYOUT_OPTIONS if name in set(names)]
     return ",".join(given) or SLURM_LAYOUT_NONE
 
