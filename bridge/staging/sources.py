@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge.api.storage import StorageLocation
 
@@ -149,28 +149,7 @@ def _s3(location: StorageLocation, role: str, settings: Mapping[str, str]) -> Re
         aws_secret_access_key=settings.get("SECRET_ACCESS_KEY") or None)
     bucket, prefix = location.authority, location.path
     ignore = _patterns(settings, ())
-    objects: list[tuple[str, str, str, int]] = []  # (key, relative path, etag, size)
-    try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                key = item["Key"]
-                if key.endswith("/"):
-                    continue  # a "directory" marker
-                if key == prefix:
-                    relative = PurePosixPath(key).name  # the URI names one object
-                elif not prefix or key.startswith(prefix + "/"):
-                    relative = key[len(prefix):].lstrip("/")
-                else:
-                    continue  # s3://b/data must not take s3://b/database/…
-                if any(fnmatch.fnmatch(relative, pattern) for pattern in ignore):
-                    continue
-                objects.append((key, _safe_relative(key, relative), item.get("ETag", ""), item.get("Size", 0)))
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise StageError(f"S3 refused listing s3://{bucket}/{prefix}: {error.get('Code')}: "
-                         f"{error.get('Message') or ''}".rstrip(": ")) from None
-    except BotoCoreError as exc:
-        raise StageError(f"S3 did not answer: {_first_line(exc)}") from None
+    objects = _s3_objects(client, bucket, prefix, ignore)
     if not objects:
         raise StageError(f"no objects under s3://{bucket}/{prefix}")
     digest = hashlib.sha256()
@@ -198,6 +177,36 @@ def _s3(location: StorageLocation, role: str, settings: Mapping[str, str]) -> Re
     origin = {"endpoint": str(client.meta.endpoint_url).rstrip("/"), "region": str(client.meta.region_name or ""),
               "bucket": bucket, "prefix": prefix}
     return Resolved(digest.hexdigest(), ("s3", ignore), download, origin=origin)
+
+
+def _s3_objects(client: Any, bucket: str, prefix: str, ignore: tuple[str, ...]) -> list[tuple[str, str, str, int]]:
+    """The objects the URI names, as (key, relative path, etag, size): the one object *prefix* is, or those
+    under it as a directory, less the ignored ones."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    objects: list[tuple[str, str, str, int]] = []
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                key = item["Key"]
+                if key.endswith("/"):
+                    continue  # a "directory" marker
+                if key == prefix:
+                    relative = PurePosixPath(key).name  # the URI names one object
+                elif not prefix or key.startswith(prefix + "/"):
+                    relative = key[len(prefix):].lstrip("/")
+                else:
+                    continue  # s3://b/data must not take s3://b/database/…
+                if any(fnmatch.fnmatch(relative, pattern) for pattern in ignore):
+                    continue
+                objects.append((key, _safe_relative(key, relative), item.get("ETag", ""), item.get("Size", 0)))
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise StageError(f"S3 refused listing s3://{bucket}/{prefix}: {error.get('Code')}: "
+                         f"{error.get('Message') or ''}".rstrip(": ")) from None
+    except BotoCoreError as exc:
+        raise StageError(f"S3 did not answer: {_first_line(exc)}") from None
+    return objects
 
 
 _SESSIONS: list[Session] = []
