@@ -17,7 +17,7 @@ from bridge.adapters.slurm.render import DEFAULT_OUTPUT, render_script
 from bridge.adapters.slurm.render import directives as slurm_directives
 from bridge.annotations import SLURM_LAYOUT_ANNOTATION
 from bridge.api.catalog import builtin_runtimes
-from bridge.api.cluster import BridgeCluster, builtin_local_cluster
+from bridge.api.cluster import builtin_local_cluster
 from bridge.api.trainjob import TrainJob
 from bridge.convert.sbatch import (
     SBATCH_RUNTIME,
@@ -44,13 +44,14 @@ from bridge.sbatch.options import OPTIONS, passthrough_value
 from bridge.sbatch.script import parse_script
 from bridge.sbatch.values import gpu_counts, gres_items, node_range, size_mb, time_seconds
 from bridge.shell import join
+from tests import builders
+from tests.builders import trainjob_doc
 
 CASES = Path(__file__).resolve().parent.parent / "cases" / "sbatch"
 SHEBANG = "#!/bin/bash\n"
 
 
-SLURM = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                      "metadata": {"name": "hpc"}, "spec": {"type": "slurm"}})
+SLURM = builders.cluster("slurm", "hpc")
 
 
 def script(*directives: str, body: str = "srun hostname\n") -> str:
@@ -795,10 +796,8 @@ def test_flags_alone_need_a_body() -> None:
 
 
 def trainjob(runtime: str = SBATCH_RUNTIME, **spec) -> TrainJob:
-    spec.setdefault("runtimeRef", {"name": runtime})
     spec.setdefault("managedBy", "hpcbridge.io/bridge")
-    return TrainJob.model_validate({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                    "metadata": {"name": "job"}, "spec": spec})
+    return TrainJob.model_validate(trainjob_doc("job", runtime=runtime, **spec))
 
 
 def test_plain_trainjob_renders_and_converts_back() -> None:

@@ -31,6 +31,7 @@ from bridge.plan import find_runtime, resolve
 from bridge.sbatch.directives import directive_line, tokenize_directive
 from bridge.service import Input, prepare, read_input
 from bridge.shell import comment, join, quote
+from tests import builders
 from tests.builders import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,15 +40,12 @@ EXAMPLE = ROOT / "examples" / "mpi-allreduce.yaml"
 RUNTIME = "mpi-distributed"
 
 
-def trainjob_doc(**meta) -> dict:
-    trainer = meta.pop("trainer", {"command": ["python3", "train.py"]})
-    annotations = meta.pop("annotations", None)
-    spec_extra = meta.pop("spec", {})
-    metadata = {"name": "j", **meta}
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": metadata,
-            "spec": {"runtimeRef": {"name": RUNTIME}, "trainer": trainer, **spec_extra}}
+def trainjob_doc(trainer: dict | None = None, annotations: dict | None = None, spec: dict | None = None,
+                 **meta) -> dict:
+    """A TrainJob ``j`` on RUNTIME running train.py; *meta* are its other metadata fields."""
+    return builders.trainjob_doc("j", runtime=RUNTIME, annotations=annotations, metadata=meta,
+                                 trainer={"command": ["python3", "train.py"]} if trainer is None else trainer,
+                                 **(spec or {}))
 
 
 def plan_for(doc: dict, kind: str = "slurm", **cluster_spec):

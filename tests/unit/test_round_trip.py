@@ -18,9 +18,9 @@ from bridge.errors import InvalidSpec
 from bridge.plan import find_runtime, resolve
 from bridge.sbatch.directives import merge, parse_flags
 from bridge.sbatch.script import parse_script
+from tests.builders import cluster, trainjob_doc
 
-SLURM = BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                      "metadata": {"name": "hpc"}, "spec": {"type": "slurm"}})
+SLURM = cluster("slurm", "hpc")
 #: the options that make a job's node and task layout, and the GPU and thread options that ride with them
 LAYOUT = ("nodes", "ntasks", "ntasks-per-node", "gpus", "gpus-per-node", "gpus-per-task", "gres",
           "threads-per-core", "cpus-per-task")
@@ -184,10 +184,8 @@ def test_flags_without_layout_options_keep_the_layout() -> None:
 
 
 def test_flags_over_a_hand_written_trainjob_add_no_layout() -> None:
-    job = TrainJob.model_validate({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "steps"},
-        "spec": {"runtimeRef": {"name": "sbatch-script"},
-                 "trainer": {"command": ["/bin/bash", "-c", "true"], "numNodes": 2, "numProcPerNode": 2}}})
+    job = TrainJob.model_validate(trainjob_doc("steps", runtime="sbatch-script", trainer={
+        "command": ["/bin/bash", "-c", "true"], "numNodes": 2, "numProcPerNode": 2}))
     laid, _ = apply_flags(job, parse_flags(["-n", "3"]))
     assert SLURM_LAYOUT_ANNOTATION not in (laid.metadata.annotations or {})
     assert laid.metadata.annotations[f"{SBATCH_PASSTHROUGH_PREFIX}ntasks"] == "3"

@@ -16,7 +16,7 @@ from bridge.api.loader import parse_object
 from bridge.errors import InvalidSpec
 from bridge.plan import SBATCH_DROPPED_OFF_SLURM
 from bridge.sbatch.script import parse_script
-from tests.builders import cluster
+from tests.builders import cluster, trainjob_doc
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted([*(ROOT / "tests/integration/slurm/sbatch_corpus").glob("*.sbatch"),
@@ -164,12 +164,9 @@ def test_open_mode_is_dropped_only_where_the_job_has_no_output_file_of_its_own(c
 
 
 def trainjob(annotations: dict[str, str], namespace: str = "default"):
-    return parse_object({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "train", "namespace": namespace, "uid": "0b4c1f7e-0000-4000-8000-00000000000a",
-                     "annotations": annotations},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"command": ["python3", "train.py"],
-                                                                          "image": "python:3.12"}}}, "TrainJob")
+    return parse_object(trainjob_doc(namespace=namespace, uid="0b4c1f7e-0000-4000-8000-00000000000a",
+                                     annotations=annotations,
+                                     trainer={"command": ["python3", "train.py"], "image": "python:3.12"}), "TrainJob")
 
 
 def test_a_trainjobs_pass_through_is_dropped_or_refused_naming_the_annotation() -> None:

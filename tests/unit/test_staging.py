@@ -20,6 +20,7 @@ from bridge.staging.cache import StageCache, cache_key
 from bridge.staging.phase import phase_status, read_phase
 from bridge.staging.sources import StageError, _safe_relative
 from bridge.staging.stage import STAGE_FAILED, Stager, run
+from tests import builders
 
 RUNTIME = """
 apiVersion: trainer.kubeflow.org/v1alpha1
@@ -46,8 +47,7 @@ spec:
 
 
 def cluster(kind: str, **spec) -> BridgeCluster:
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": f"my-{kind}"}, "spec": {"type": kind, **spec}})
+    return builders.cluster(kind, f"my-{kind}", **spec)
 
 
 def plan_of(initializer: str, on: BridgeCluster):

@@ -26,6 +26,7 @@ from bridge.staging.cache import cache_key
 from bridge.staging.phase import PHASE_FILE, phase_path, read_phase, with_stage_phases
 from bridge.staging.sources import StageError
 from bridge.staging.stage import STAGE_FAILED, Stager, run
+from tests import builders
 from tests.harness.hf_hub import HubServer, Repo
 from tests.unit.test_staging import RUNTIME
 from tests.unit.test_staging import trainjob as staging_trainjob
@@ -39,9 +40,7 @@ def trainjob(initializer: str, namespace: str = "team-a") -> str:
 
 
 def cluster(kind: str = "slurm", **spec) -> BridgeCluster:
-    return BridgeCluster.model_validate({"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster",
-                                         "metadata": {"name": f"my-{kind}"},
-                                         "spec": {"type": kind, "stagingDir": "/shared/stage", **spec}})
+    return builders.cluster(kind, f"my-{kind}", **{"stagingDir": "/shared/stage", **spec})
 
 
 def plan_of(initializer: str, on: BridgeCluster, tenant: Tenant | None = None, namespace: str = "team-a"):
