@@ -114,8 +114,9 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     notes += tuple(dropped_note(f"metadata.annotations[{SBATCH_PASSTHROUGH_PREFIX}{option}]", option, value, why,
                                 cluster.name, cluster.spec.type) for option, value, why in options.dropped)
     check_xgboost_tracker(framework, trainer.env)
-    decided = _Decisions(framework, launcher, nodes, procs, options, slurm_layout, workdir, argv, notes, pod_group,
-                         queue, staging, uid)
+    decided = _Decisions(framework=framework, launcher=launcher, nodes=nodes, procs=procs, options=options,
+                         slurm_layout=slurm_layout, workdir=workdir, argv=argv, notes=notes, pod_group=pod_group,
+                         queue=queue, staging=staging, uid=uid)
     plan = _launch_plan(trainjob, runtime, cluster, tenant, trainer, decided)
     check_identity(plan)
     return plan
