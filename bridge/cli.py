@@ -326,8 +326,9 @@ def cmd_clusters(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from bridge.mpi.bootstrap import LaunchSpec, run
+    from bridge.mpi.bootstrap import run
     from bridge.mpi.spawn import become_init_if_pid1
+    from bridge.mpi.spec import LaunchSpec
 
     become_init_if_pid1()  # a pod's container starts the launch as PID 1
 
