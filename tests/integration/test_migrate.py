@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import builders
 from tests.integration.engines import LAUNCH, movable_runtime, pod_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.kubernetes]
@@ -62,12 +63,10 @@ def trainjob(shared: Path, declares_checkpoint: bool = True, name: str = "moving
     shutil.copy(ROOT / "examples" / "checkpointed_train.py", script)
     checkpoint = shared / "checkpoint"
     runtime = movable_runtime(shared, "busybox:1.36")
-    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-           "metadata": {"name": name, "annotations": {
-               "hpcbridge.io/workdir": str(shared),
-               **({"hpcbridge.io/checkpoint-dir": str(checkpoint)} if declares_checkpoint else {})}},
-           "spec": {"runtimeRef": {"name": "movable"}, "trainer": {
-               "command": ["python3", str(script), str(checkpoint), str(STEPS), "0.5"]}}}
+    job = builders.trainjob_doc(name, runtime="movable", annotations={
+        "hpcbridge.io/workdir": str(shared),
+        **({"hpcbridge.io/checkpoint-dir": str(checkpoint)} if declares_checkpoint else {})},
+        trainer={"command": ["python3", str(script), str(checkpoint), str(STEPS), "0.5"]})
     path = shared / f"{name}.yaml"
     path.write_text(yaml.safe_dump_all([runtime, job]))
     return path

@@ -30,6 +30,7 @@ import yaml
 
 from bridge import service
 from bridge.adapters.base import JobState
+from tests import builders
 from tests.harness.hf_hub import HubServer
 from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
 from tests.integration.engines import finished
@@ -128,16 +129,14 @@ RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTraini
 def trainjob(name: str, workdir: Path, s3: S3Server, hub: HubServer, dataset: str = "s3://datasets/alpaca/v1",
              model: str = "hf://tiny-org/tiny-model", model_secret: str | None = None) -> str:
     (workdir / "train.py").write_text(TRAINER)
-    return yaml.safe_dump_all([RUNTIME, {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": name, "uid": str(uuid.uuid4()), "annotations": {"hpcbridge.io/workdir": str(workdir)}},
-        "spec": {"runtimeRef": {"name": "staged"},
-                 "initializer": {
-                     "dataset": {"storageUri": dataset, "env": [{"name": "ENDPOINT", "value": s3.endpoint}],
-                                 "secretRef": {"name": "s3-credentials"}},
-                     "model": {"storageUri": model, "env": [{"name": "HF_ENDPOINT", "value": hub.endpoint}],
-                               **({"secretRef": {"name": model_secret}} if model_secret else {})}},
-                 "trainer": {"numNodes": 1, "command": [sys.executable, "train.py", f"ran-{name}"]}}}])
+    return yaml.safe_dump_all([RUNTIME, builders.trainjob_doc(
+        name, runtime="staged", uid=str(uuid.uuid4()), annotations={"hpcbridge.io/workdir": str(workdir)},
+        initializer={
+            "dataset": {"storageUri": dataset, "env": [{"name": "ENDPOINT", "value": s3.endpoint}],
+                        "secretRef": {"name": "s3-credentials"}},
+            "model": {"storageUri": model, "env": [{"name": "HF_ENDPOINT", "value": hub.endpoint}],
+                      **({"secretRef": {"name": model_secret}} if model_secret else {})}},
+        trainer={"numNodes": 1, "command": [sys.executable, "train.py", f"ran-{name}"]})])
 
 
 def prepare(cluster, text: str):

@@ -21,6 +21,7 @@ import yaml
 
 from bridge import service
 from bridge.adapters.base import JobState
+from tests import builders
 from tests.integration.engines import LAUNCH, cluster_entry, finished
 
 pytestmark = pytest.mark.integration
@@ -57,9 +58,8 @@ def trainjob(name: str, command: list[str], workdir: Path, procs: int | None = N
                      "env": [{"name": key, "value": value} for key, value in (env or {}).items()]}
     if procs:
         trainer["numProcPerNode"] = procs
-    return yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                           "metadata": {"name": name, "annotations": {"hpcbridge.io/workdir": str(workdir)}},
-                           "spec": {"runtimeRef": {"name": "xgboost-distributed"}, "trainer": trainer}})
+    return yaml.safe_dump(builders.trainjob_doc(name, runtime="xgboost-distributed",
+                                                annotations={"hpcbridge.io/workdir": str(workdir)}, trainer=trainer))
 
 
 def example() -> str:

@@ -12,9 +12,9 @@ import yaml
 
 from bridge.adapters.base import JobState
 from bridge.adapters.flux import FluxAdapter
-from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.plan import find_runtime, resolve
+from tests import builders
 from tests.harness import layer
 from tests.harness.mpi_programs import build_allreduce
 
@@ -24,10 +24,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def trainjob(name: str, runtime: str, command: list[str], workdir: Path, **trainer):
     # a uid of its own: both transports' runs share one Flux instance and must not see each other's jobs
-    return load_documents(yaml.safe_dump({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": name, "uid": str(uuid.uuid4()), "annotations": {"hpcbridge.io/workdir": str(workdir)}},
-        "spec": {"runtimeRef": {"name": runtime}, "trainer": {"command": command, **trainer}}}))[0]
+    return builders.trainjob(name, runtime=runtime, uid=str(uuid.uuid4()),
+                             annotations={"hpcbridge.io/workdir": str(workdir)}, trainer={"command": command, **trainer})
 
 
 def run(adapter: FluxAdapter, job):

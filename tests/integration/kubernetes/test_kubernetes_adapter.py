@@ -19,6 +19,7 @@ from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster
 from bridge.plan import find_runtime, resolve
+from tests import builders
 from tests.harness import layer
 from tests.harness.kube import FAIL_LABEL
 from tests.harness.polling import poll_until as wait_for
@@ -31,23 +32,20 @@ def cluster_for(kube_cluster, namespace: str, pod_policy: dict | None = None) ->
     kube = {"kubeconfig": str(kube_cluster.kubeconfig), "namespace": namespace}
     if pod_policy is not None:
         kube["podPolicy"] = pod_policy
-    return BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "k8s"},
-        "spec": {"type": "kubernetes", "kubernetes": kube}})
+    return builders.cluster("kubernetes", "k8s", kubernetes=kube)
 
 
 def trainjob(name: str, runtime: str, namespace: str, pod_labels: dict | None = None, backoff_limit=None,
              **trainer):
-    spec = {"runtimeRef": {"name": runtime}, "trainer": {"command": ["python3", "train.py"], **trainer}}
+    spec = {}
     if pod_labels:
         job_spec = {"template": {"metadata": {"labels": pod_labels}}}
         if backoff_limit is not None:
             job_spec["backoffLimit"] = backoff_limit
         spec["runtimePatches"] = [{"manager": "hpcbridge.io/tests", "trainingRuntimeSpec": {"template": {"spec": {
             "replicatedJobs": [{"name": "node", "template": {"spec": job_spec}}]}}}}]
-    return load_documents(yaml.safe_dump({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": namespace}, "spec": spec}))[0]
+    return builders.trainjob(name, runtime=runtime, namespace=namespace,
+                             trainer={"command": ["python3", "train.py"], **trainer}, **spec)
 
 
 def submit(adapter, job):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import builders
+
 pytestmark = [pytest.mark.integration, pytest.mark.local]
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,11 +37,8 @@ def trainjob(tmp_path: Path, name: str, command: list[str], nodes: int = 1, env:
              runtime: str = "plain") -> Path:
     import yaml
 
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-           "metadata": {"name": name, "annotations": {"hpcbridge.io/workdir": str(tmp_path)}},
-           "spec": {"runtimeRef": {"name": runtime}, "trainer": {
-               "numNodes": nodes, "command": command,
-               "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}}}
+    doc = builders.trainjob_doc(name, runtime=runtime, annotations={"hpcbridge.io/workdir": str(tmp_path)}, trainer={
+        "numNodes": nodes, "command": command, "env": [{"name": k, "value": v} for k, v in (env or {}).items()]})
     path = tmp_path / f"{name}.yaml"
     path.write_text(PLAIN_RUNTIME + yaml.safe_dump(doc))
     return path

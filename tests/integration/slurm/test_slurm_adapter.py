@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bridge.adapters.base import JobState
 from bridge.api import load_documents
 from bridge.api.catalog import builtin_runtimes
 from bridge.errors import BackendRejected
 from bridge.plan import find_runtime, resolve
+from tests import builders
 from tests.harness import layer
 
 from .conftest import finished, state_is, wait_for
@@ -34,14 +34,12 @@ def trainjob(name: str, command: list[str], *, nodes: int = 1, runtime=PLAIN, an
         trainer["resourcesPerNode"] = {"requests": resources}
     if procs:
         trainer["numProcPerNode"] = procs
-    spec = {"runtimeRef": {"name": runtime.name}, "trainer": trainer}
+    spec = {}
     if deadline:
         spec["activeDeadlineSeconds"] = deadline
     if suspend is not None:
         spec["suspend"] = suspend
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-           "metadata": {"name": name, "annotations": annotations or {}}, "spec": spec}
-    return load_documents(yaml.safe_dump(doc))[0]
+    return builders.trainjob(name, runtime=runtime.name, annotations=annotations or {}, trainer=trainer, **spec)
 
 
 def submit(adapter, job, runtime=PLAIN):
