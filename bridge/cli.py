@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from bridge import __version__
 from bridge.adapters import REGISTRY
 from bridge.annotations import CHECKPOINT_ANNOTATION, CLUSTER_ANNOTATION
 from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 def _report(lines: Iterable[str]) -> None:
     for line in lines:
-        print(f"hpcbridge: note: {line}", file=sys.stderr)
+        _waiting(line)
 
 
 def _waiting(line: str) -> None:
@@ -49,11 +50,8 @@ def _retry() -> Retry:
 def _print_artifact(artifact: Artifact, output: str) -> None:
     if output == "text":
         sys.stdout.write(artifact.text())
-        return
-    document = {"backend": artifact.backend, "kind": artifact.kind,
-                **({"command": list(artifact.command)} if artifact.command else {}),
-                "files": [{"name": f.name, "mediaType": f.media_type, "content": f.content} for f in artifact.files]}
-    _print_document(document, output)
+    else:
+        _print_document(artifact.document(), output)
 
 
 def _print_document(document: object, output: str) -> None:
@@ -216,22 +214,6 @@ def _show_change(status: JobStatus) -> None:
     print(f"{status.ref.job_id} {status.state.value}{detail}{where}", file=sys.stderr, flush=True)
 
 
-def _status_rows(statuses: Iterable[JobStatus]) -> list[dict[str, Any]]:
-    from bridge.service import history
-
-    rows = []
-    for s in statuses:
-        row: dict[str, Any] = {"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
-               "exitCode": s.exit_code, "reason": s.reason, "nodes": ",".join(s.nodes)}
-        if s.message:
-            row["message"] = s.message
-        moves = history(s.ref.uid)
-        if moves:
-            row["history"] = moves  # where the job ran before, and why it moved (hpcbridge migrate)
-        rows.append(row)
-    return rows
-
-
 def _move_line(move: dict[str, Any]) -> str:
     source, target = move["from"], move["to"]
     how = f" after {move['signal']}" if move.get("signal") else ""
@@ -241,7 +223,9 @@ def _move_line(move: dict[str, Any]) -> str:
 
 
 def _print_statuses(statuses: Iterable[JobStatus], output: str) -> None:
-    rows = _status_rows(statuses)
+    from bridge.service import status_documents
+
+    rows = status_documents(statuses)
     if output != "text":
         _print_document(rows, output)
         return
@@ -298,8 +282,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from bridge import service
 
     for chunk in service.logs(service.cluster_adapter(args.cluster), args.job, follow=args.follow):
-        sys.stdout.write(chunk)
-        sys.stdout.flush()
+        print(chunk, end="", flush=True)
     return 0
 
 
@@ -333,12 +316,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     become_init_if_pid1()  # a pod's container starts the launch as PID 1
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    spec = LaunchSpec(launcher=args.launcher, discovery=args.discovery, procs_per_node=args.procs_per_node,
-                      command=tuple(command), nodes=args.nodes, forward_env=tuple(args.forward_env),
-                      hosts=tuple(args.host), node_rank=args.node_rank, hostfile=args.hostfile,
-                      rdzv_port=args.rdzv_port, job_id=args.job_id, ssh_dir=args.ssh_dir,
-                      ssh_port=args.ssh_port, wait_timeout=args.wait_timeout, leader=args.leader,
-                      framework=args.framework, gpus_per_node=args.gpus_per_node)
+    given = ("launcher", "discovery", "procs_per_node", "nodes", "node_rank", "hostfile", "rdzv_port", "job_id",
+             "ssh_dir", "ssh_port", "wait_timeout", "leader", "framework", "gpus_per_node")
+    spec = LaunchSpec(command=tuple(command), forward_env=tuple(args.forward_env), hosts=tuple(args.host),
+                      **{name: getattr(args, name) for name in given})
     code = run(spec)
     # every node runs this at once: skip the interpreter's teardown (~5-8 ms of CPU each), output flushed
     sys.stdout.flush()
@@ -347,36 +328,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from bridge.api.names import check_dns1123_label
-    from bridge.api.storage import StageSource, secret_name_problem
-    from bridge.staging.stage import read_env_document, run
+    from bridge.staging.stage import command_sources, run
 
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}", args.job_id):
-        raise InvalidSpec("--job-id", args.job_id, "a TrainJob uid: letters, digits and '-' (it names a directory)")
-    for flag, value in (("--tenant", args.tenant), ("--namespace", args.namespace)):
-        try:
-            if value is not None:
-                check_dns1123_label(value)
-        except ValueError as exc:
-            raise InvalidSpec(flag, value, str(exc)) from None
-    if args.tenant is not None and args.namespace is None:
-        raise InvalidSpec("--namespace", None, "a tenant's job names its namespace (its secrets are read there)")
-    # the initializers' env: on stdin from a rendered job, so no value is on this command line
-    try:
-        given = read_env_document(sys.stdin.read()) if args.env_stdin else {}
-    except ValueError as exc:
-        raise InvalidSpec("--env-stdin", "<stdin>", str(exc)) from None
-    sources = []
-    for role in ("dataset", "model"):
-        uri = getattr(args, role)
-        env = tuple(tuple(item.split("=", 1)) for item in getattr(args, f"{role}_env"))
-        if any(len(pair) != 2 for pair in env):
-            raise InvalidSpec(f"--{role}-env", getattr(args, f"{role}_env"), "each is NAME=VALUE")
-        secret = getattr(args, f"{role}_secret")
-        if secret is not None and secret_name_problem(secret):
-            raise InvalidSpec(f"--{role}-secret", secret, secret_name_problem(secret) or "")
-        if uri:
-            sources.append(StageSource(role, uri, (*env, *given.get(role, ())), secret))
+    requested = {role: (getattr(args, role), getattr(args, f"{role}_env"), getattr(args, f"{role}_secret"))
+                 for role in ("dataset", "model")}
+    sources = command_sources(args.job_id, args.tenant, args.namespace, requested,
+                              sys.stdin.read if args.env_stdin else None)
     return run(args.job_id, args.staging_dir, sources, args.secrets_dir, tenant=args.tenant,
                namespace=args.namespace)
 
@@ -389,6 +346,7 @@ def cmd_initialize(args: argparse.Namespace) -> int:
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from bridge import service
+    from bridge.staging.cache import size_text
 
     directory = args.dir or service.staging_dir(args.cluster)
     if args.action == "list":
@@ -398,7 +356,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
             return 0
         print("KEY\tSIZE\tFILES\tLAST USED\tURI\tVERSION")
         for entry in entries:
-            print(f"{entry['key']}\t{_size(entry['bytes'])}\t{entry['files']}\t{entry['lastUsed']}\t"
+            print(f"{entry['key']}\t{size_text(entry['bytes'])}\t{entry['files']}\t{entry['lastUsed']}\t"
                   f"{entry['uri']}\t{entry['version'][:12]}")
         return 0
     if not args.all and args.older_than is None:
@@ -406,18 +364,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
     removed = service.cache_prune(directory, None if args.all else args.older_than, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for entry in removed:
-        print(f"{verb} {entry['key']} {entry['uri']} ({_size(entry['bytes'])})")
+        print(f"{verb} {entry['key']} {entry['uri']} ({size_text(entry['bytes'])})")
     print(f"hpcbridge: {verb} {len(removed)} entr{'y' if len(removed) == 1 else 'ies'}, "
-          f"{_size(sum(e['bytes'] for e in removed))}", file=sys.stderr)
+          f"{size_text(sum(e['bytes'] for e in removed))}", file=sys.stderr)
     return 0
-
-
-def _size(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return str(count)
 
 
 def _duration(text: str) -> float:
@@ -434,7 +384,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hpcbridge", description="Run one Kubeflow TrainJob on Slurm, Flux, Kubernetes or this machine.")
-    parser.add_argument("--version", action="version", version=f"hpcbridge {_version()}")
+    parser.add_argument("--version", action="version", version=f"hpcbridge {__version__}")
     sub = parser.add_subparsers(dest="command_name", required=True, parser_class=_Parser)
     # in the order `hpcbridge --help` lists them
     _add_input_commands(sub)
@@ -444,9 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Subparsers(Protocol):
-    """What add_subparsers gives: a parser per subcommand."""
-
+class Subparsers(Protocol):  # what add_subparsers gives
     def add_parser(self, name: str, *, help: str) -> _Parser: ...
 
 
@@ -617,12 +565,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
     return run(namespaces=args.namespace, default_cluster=args.default_cluster, liveness=args.liveness,
                metrics=args.metrics, metrics_token_file=args.metrics_token_file)
-
-
-def _version() -> str:
-    from bridge import __version__
-
-    return __version__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,6 +48,11 @@ class Artifact:
     def main(self) -> str:
         return self.files[0].content
 
+    def document(self) -> dict[str, object]:
+        """The artifact as data (``render -o json|yaml``): its backend, kind, command and files."""
+        return {"backend": self.backend, "kind": self.kind, **({"command": list(self.command)} if self.command else {}),
+                "files": [{"name": f.name, "mediaType": f.media_type, "content": f.content} for f in self.files]}
+
     def text(self) -> str:
         if self.command:
             import shlex

@@ -26,6 +26,7 @@ from bridge.service.jobs import (
     owned_job,
     poll,
     status,
+    status_documents,
     stop_and_remove,
 )
 from bridge.service.migration import (
@@ -64,6 +65,6 @@ __all__ = [
     "add_resume_env", "backend_cluster", "cache_entries", "cache_prune", "cancel", "cancel_ref", "check",
     "cluster_adapter", "clusters", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "logs",
     "migrate", "move", "move_record", "owned_job", "parse_stop_signal", "poll", "prepare", "queued", "read_input", "render",
-    "stop_and_remove", "stop_to_move", "staging_dir", "status", "submit", "submit_array", "submit_many",
+    "stop_and_remove", "stop_to_move", "staging_dir", "status", "status_documents", "submit", "submit_array", "submit_many",
     "tenant_adapter", "wait_for_dependency",
 ]

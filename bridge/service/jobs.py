@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge.errors import InvalidSpec
 from bridge.service.retries import NO_RETRY, Retry
@@ -119,6 +119,20 @@ def stop_and_remove(adapter: Adapter, ref: JobRef, retry: Retry = NO_RETRY) -> N
         retry.call(lambda: adapter.cancel(ref))
     if adapter.capabilities.unique_names:
         retry.call(lambda: adapter.remove(ref))
+
+
+def status_documents(statuses: Iterable[JobStatus]) -> list[dict[str, Any]]:
+    """Each job's status as ``hpcbridge status -o json|yaml`` reports it, with where it ran before and why it
+    moved (its history, which migrate keeps) where it has one."""
+    from bridge.records import JobStore
+
+    documents: list[dict[str, Any]] = []
+    for s in statuses:
+        moves = JobStore().history(s.ref.uid) if s.ref.uid else []
+        documents.append({"job": s.ref.job_id, "name": s.ref.name, "uid": s.ref.uid, "state": s.state.value,
+                          "exitCode": s.exit_code, "reason": s.reason, "nodes": ",".join(s.nodes),
+                          **({"message": s.message} if s.message else {}), **({"history": moves} if moves else {})})
+    return documents
 
 
 def logs(adapter: Adapter, job_id: str, follow: bool = False) -> Iterator[str]:

@@ -70,6 +70,15 @@ def make_private(root: Path) -> None:
         os.chmod(root, stat.S_IMODE(info.st_mode) & 0o700)
 
 
+def size_text(count: float) -> str:
+    """A byte count as people read it: 512 B, 1.5 KiB, … GiB at most."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return str(count)
+
+
 def tree_size(root: Path) -> tuple[int, int]:
     """Bytes and files under *root* (symlinks not followed)."""
     total = files = 0

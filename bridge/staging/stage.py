@@ -28,6 +28,7 @@ from typing import Any
 
 from bridge.api.names import check_dns1123_label
 from bridge.api.storage import ROLES, StageSource, parse_storage_uri, secret_name_problem
+from bridge.errors import InvalidSpec
 from bridge.staging.cache import StageCache, cache_key
 from bridge.staging.phase import PHASE_FILE, job_root
 from bridge.staging.sources import StageError, resolve
@@ -250,6 +251,40 @@ def read_env_document(text: str) -> dict[str, tuple[tuple[str, str], ...]]:
             raise ValueError(f"{role}: a list of [NAME, VALUE] pairs")
         found[role] = tuple((name, value) for name, value in pairs)
     return found
+
+
+def command_sources(job_id: str, tenant: str | None, namespace: str | None,
+                    requested: Mapping[str, tuple[str | None, Sequence[str], str | None]],
+                    env_stdin: Callable[[], str] | None = None) -> list[StageSource]:
+    """What ``hpcbridge stage``'s arguments ask for, checked: the job's uid (it names a directory), the tenant
+    and its namespace, and per role (*requested*: URI, NAME=VALUE env, secret name) with the initializers' env
+    that *env_stdin* reads (``--env-stdin``). InvalidSpec naming the flag otherwise."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}", job_id):
+        raise InvalidSpec("--job-id", job_id, "a TrainJob uid: letters, digits and '-' (it names a directory)")
+    for flag, value in (("--tenant", tenant), ("--namespace", namespace)):
+        try:
+            if value is not None:
+                check_dns1123_label(value)
+        except ValueError as exc:
+            raise InvalidSpec(flag, value, str(exc)) from None
+    if tenant is not None and namespace is None:
+        raise InvalidSpec("--namespace", None, "a tenant's job names its namespace (its secrets are read there)")
+    # the initializers' env: on stdin from a rendered job, so no value is on this command line
+    try:
+        given = read_env_document(env_stdin()) if env_stdin is not None else {}
+    except ValueError as exc:
+        raise InvalidSpec("--env-stdin", "<stdin>", str(exc)) from None
+    sources = []
+    for role, (uri, env_items, secret) in requested.items():
+        pairs = [item.split("=", 1) for item in env_items]
+        if any(len(pair) != 2 for pair in pairs):
+            raise InvalidSpec(f"--{role}-env", env_items, "each is NAME=VALUE")
+        env = tuple((name, value) for name, value in pairs)
+        if secret is not None and secret_name_problem(secret):
+            raise InvalidSpec(f"--{role}-secret", secret, secret_name_problem(secret) or "")
+        if uri:
+            sources.append(StageSource(role, uri, (*env, *given.get(role, ())), secret))
+    return sources
 
 
 def initialize(role: str, into: str | None = None, env: Mapping[str, str] | None = None,
