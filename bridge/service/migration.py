@@ -110,20 +110,18 @@ def stop_to_move(adapter: Adapter, ref: JobRef, signal: str, grace_seconds: floa
     """Stop a job that is to run elsewhere and wait until it has ended: its final status, and the signal that
     stopped it (None: it had ended already). BackendUnavailable when it has not ended after *wait_seconds*:
     then it must not run twice, so nothing else happens."""
-    from bridge.adapters.base import signal_name
+    from bridge.adapters.base import poll_until_finished, signal_name
 
     status = retry.call(lambda: adapter.poll([ref])[ref])
     if status.state.finished or status.state.value == "Unknown":
         return status, None
     stopped_by = signal_name(signal)
     retry.call(lambda: adapter.cancel(ref, signal=stopped_by, grace_seconds=grace_seconds))
-    deadline = clock() + wait_seconds
-    while not status.state.finished:
-        if clock() > deadline:
-            raise BackendUnavailable(adapter.backend, f"job {ref.job_id} still {status.state.value} "
-                                     f"{wait_seconds:g}s after SIG{stopped_by}: not moved; try again")
-        sleep(0.5)
-        status = retry.call(lambda: adapter.poll([ref])[ref])
+    status = poll_until_finished(lambda: retry.call(lambda: adapter.poll([ref])[ref]), interval=0.5,
+                                 timeout=wait_seconds, clock=clock, sleep=sleep)
+    if not status.state.finished:
+        raise BackendUnavailable(adapter.backend, f"job {ref.job_id} still {status.state.value} "
+                                 f"{wait_seconds:g}s after SIG{stopped_by}: not moved; try again")
     return status, stopped_by
 
 
