@@ -274,15 +274,13 @@ def _tenant_stage(tmp_path: Path, tenant: str, namespace: str, endpoint: str) ->
                                                                                      Path]:
     """The stage step of a tenant's plan, started as a backend starts it: its argv and its stdin as rendered,
     under the usual umask."""
-    from bridge.api.cluster import BridgeCluster, Tenant
+    from bridge.api.cluster import Tenant
     from bridge.api.loader import load_documents
     from bridge.plan import find_runtime, resolve, stage_argv, stage_input
 
     staging, secrets = tmp_path / "tenant staging", tmp_path / "tenant secrets"
-    cluster = BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "shared"},
-        "spec": {"type": "slurm", "stagingDir": str(staging), "secretsDir": str(secrets),
-                 "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    cluster = builders.cluster("slurm", "shared", stagingDir=str(staging), secretsDir=str(secrets),
+                               defaults={"launchCommand": [sys.executable, "-m", "bridge", "launch"]})
     job = yaml.safe_dump_all([RUNTIME, {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "tenant-job", "namespace": namespace, "uid": str(uuid.uuid4())},

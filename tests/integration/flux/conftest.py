@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from bridge.api.cluster import BridgeCluster
+from tests import builders
 
 FLUX = shutil.which("flux")
 
@@ -30,7 +31,5 @@ def flux_cluster(request, flux_uri) -> BridgeCluster:
     (set PYTHONPATH to the built flux-core's site-packages and install ply)."""
     if request.param == "python" and not _python_bindings_importable():
         pytest.skip("flux-python is not importable (build flux-core with its bindings, add them to PYTHONPATH)")
-    return BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "testflux"},
-        "spec": {"type": "flux", "flux": {"uri": flux_uri, "transport": request.param, "fluxCommand": FLUX},
-                 "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    return builders.cluster("flux", "testflux", flux={"uri": flux_uri, "transport": request.param, "fluxCommand": FLUX},
+                            defaults={"launchCommand": [sys.executable, "-m", "bridge", "launch"]})

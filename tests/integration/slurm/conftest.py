@@ -10,16 +10,14 @@ import pytest
 from bridge.adapters.base import JobState, JobStatus
 from bridge.adapters.slurm import SlurmAdapter
 from bridge.api.cluster import BridgeCluster
+from tests import builders
 from tests.harness.polling import poll_until
 
 
 @pytest.fixture(scope="session")
 def bridge_cluster(slurm_cluster) -> BridgeCluster:
-    return BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "testslurm"},
-        "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(slurm_cluster.conf)},
-                 "defaults": {"partition": "debug", "launchCommand": [sys.executable,
-                                                                      "-m", "bridge", "launch"]}}})
+    return builders.cluster("slurm", "testslurm", slurm={"transport": "local", "slurmConf": str(slurm_cluster.conf)},
+                            defaults={"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]})
 
 
 @pytest.fixture

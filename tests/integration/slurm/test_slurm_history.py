@@ -15,8 +15,8 @@ import pytest
 
 from bridge import service
 from bridge.adapters.base import Identity, JobState
-from bridge.api.cluster import BridgeCluster
 from bridge.errors import AlreadyRan
+from tests import builders
 from tests.harness.polling import poll_until
 from tests.harness.slurm import SlurmCluster
 
@@ -34,10 +34,9 @@ def forgetful_slurm():
 
 
 def test_finished_job_out_of_squeue_is_found_through_the_record_and_jobcomp(forgetful_slurm, tmp_path) -> None:
-    cluster = BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "forgetful"},
-        "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(forgetful_slurm.conf)},
-                 "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    cluster = builders.cluster("slurm", "forgetful",
+                               slurm={"transport": "local", "slurmConf": str(forgetful_slurm.conf)},
+                               defaults={"launchCommand": [sys.executable, "-m", "bridge", "launch"]})
     text = ("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {name: plain}\n"
             "spec: {mlPolicy: {numNodes: 1}}\n---\napiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n"
             f"metadata: {{name: remembered, annotations: {{hpcbridge.io/workdir: '{tmp_path}'}}}}\n"

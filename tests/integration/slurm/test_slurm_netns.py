@@ -21,6 +21,7 @@ from bridge.api.catalog import builtin_runtimes
 from bridge.api.cluster import BridgeCluster
 from bridge.errors import AlreadyRan, BackendUnavailable
 from bridge.plan import find_runtime, resolve
+from tests import builders
 from tests.harness import layer
 
 from .conftest import finished, wait_for
@@ -30,10 +31,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def bridge_cluster(netns_slurm, **slurm) -> BridgeCluster:
-    return BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "nsslurm"},
-        "spec": {"type": "slurm", "slurm": {"slurmConf": str(netns_slurm.conf), **slurm},
-                 "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    return builders.cluster("slurm", "nsslurm", slurm={"slurmConf": str(netns_slurm.conf), **slurm},
+                            defaults={"launchCommand": [sys.executable, "-m", "bridge", "launch"]})
 
 
 def mpi_trainjob(name: str, workdir: Path):

@@ -17,6 +17,7 @@ from bridge.api import load_documents
 from bridge.api.cluster import BridgeCluster, ClusterDefaults
 from bridge.errors import BackendUnavailable, InvalidSpec
 from bridge.plan import resolve
+from tests import builders
 from tests.harness import layer
 
 from .conftest import finished, state_is, wait_for
@@ -33,12 +34,9 @@ def rest_cluster(slurm_cluster, tmp_path_factory) -> BridgeCluster:
     token = tmp_path_factory.mktemp("jwt") / "token"
     token.write_text(f"SLURM_JWT={slurm_cluster.token()}\n")
     token.chmod(0o600)
-    return BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "viarest"},
-        "spec": {"type": "slurm", "slurm": {"transport": "rest", "restUrl": url, "user": "root",
-                                            "tokenFile": str(token), "slurmConf": str(slurm_cluster.conf)},
-                 "defaults": {"partition": "debug",
-                              "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    return builders.cluster("slurm", "viarest", slurm={"transport": "rest", "restUrl": url, "user": "root",
+                                                      "tokenFile": str(token), "slurmConf": str(slurm_cluster.conf)},
+                            defaults={"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]})
 
 
 def job(name: str, command: list[str], workdir, nodes: int = 2, **spec):

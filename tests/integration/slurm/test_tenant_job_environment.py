@@ -18,6 +18,7 @@ from bridge.adapters.slurm import SlurmAdapter
 from bridge.api import load_documents
 from bridge.api.cluster import BridgeCluster
 from bridge.plan import resolve
+from tests import builders
 
 from .conftest import finished, wait_for
 
@@ -90,12 +91,10 @@ def test_ssh_transport(netns_slurm, netns_hosts, tmp_path, monkeypatch) -> None:
     command line (the job's process list includes the login host's sshd session and its shell)."""
     monkeypatch.setenv("HPCB_PLANTED", PLANTED)
     login = netns_hosts.host("node-0")
-    cluster = BridgeCluster.model_validate({
-        "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "nsslurm"},
-        "spec": {"type": "slurm", "slurm": {
-            "slurmConf": str(netns_slurm.conf), "transport": "ssh", "host": login.ip, "user": "root",
-            "keyFile": str(netns_hosts.client_key), "knownHostsFile": str(netns_hosts.known_hosts)},
-            "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+    cluster = builders.cluster("slurm", "nsslurm", slurm={
+        "slurmConf": str(netns_slurm.conf), "transport": "ssh", "host": login.ip, "user": "root",
+        "keyFile": str(netns_hosts.client_key), "knownHostsFile": str(netns_hosts.known_hosts)},
+        defaults={"launchCommand": [sys.executable, "-m", "bridge", "launch"]})
     adapter = SlurmAdapter(cluster)
     try:
         _check_job(adapter, tenant_plan(cluster, "tenant-env-ssh", tmp_path), tmp_path,
