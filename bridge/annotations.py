@@ -90,3 +90,22 @@ JOB_CLUSTER_ANNOTATION = f"{OPERATOR_PREFIX}job-cluster"
 #: every move of the TrainJob between clusters, a JSON list (hpcbridge migrate's history entries)
 HISTORY_ANNOTATION = f"{OPERATOR_PREFIX}history"
 
+
+# -- other projects' labels hpc-bridge reads or writes, spelled as those projects define them ------------------
+
+#: Kubeflow Trainer: the TrainJob a JobSet (and its pods) belongs to; the Kubeflow SDK finds pods by it
+TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
+#: Kubeflow Trainer: the framework of a runtime (``torch``, ``mpi``…; hpc-bridge's own runtimes add ``sbatch``)
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+#: Kubeflow Trainer: which replicated job of a runtime's template is the trainer (value ``trainer``)
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+#: Kueue: the LocalQueue a workload is submitted to
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Kueue: the uid of the job a workload stands for, on the workload's pods
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+#: JobSet: the JobSet a pod belongs to
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+#: JobSet: the replicated job a pod belongs to
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+#: the scheduler-plugins coscheduling PodGroup a pod belongs to (gang scheduling)
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"

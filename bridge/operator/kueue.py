@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from bridge.annotations import CLUSTER_ANNOTATION, PARTITION_ANNOTATION
+from bridge.annotations import CLUSTER_ANNOTATION, PARTITION_ANNOTATION, QUEUE_LABEL
 
 #: the runtime patch Kueue writes (and only Kueue may change)
 KUEUE_MANAGER = "kueue.x-k8s.io/manager"
@@ -37,8 +37,6 @@ def admitted_placement(doc: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-#: the label that queues a job in Kueue
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def as_admitted(doc: dict[str, Any]) -> dict[str, Any]:

@@ -16,12 +16,9 @@ from bridge.plan.frameworks import (
 from bridge.plan.limits import MAX_PROCS_PER_NODE, check_identity
 from bridge.plan.merge import strategic_merge
 from bridge.plan.model import (
-    ANCESTOR_LABEL,
-    FRAMEWORK_LABEL,
     KUBEFLOW_WORKSPACE,
     MPI_LAUNCHERS,
     ONCE_PER_JOB,
-    QUEUE_LABEL,
     STAGED_DIR_ENV,
     TORCH_MASTER_PORT,
     TRAINER_CONTAINER,
@@ -70,8 +67,8 @@ from bridge.plan.traits import (
 )
 
 __all__ = [
-    "ACCOUNT_ENV_LINE", "BACKEND_TRAITS", "BackendTraits", "backend_traits", "traits_of", "ANCESTOR_LABEL", "FRAMEWORK_LABEL", "KUBEFLOW_WORKSPACE", "MAX_EXPANDED_ARRAY", "MAX_NODES_DEFAULT", "MAX_PROCS_PER_NODE", "MAX_TIME_LIMIT_SECONDS", "MPI_LAUNCHERS", "ONCE_PER_JOB",
-    "QUEUE_LABEL", "RESERVED_ENV", "SBATCH_DROPPED_OFF_SLURM", "SLURM_GPU_OPTIONS", "SLURM_LAYOUT_NONE",
+    "ACCOUNT_ENV_LINE", "BACKEND_TRAITS", "BackendTraits", "backend_traits", "traits_of", "KUBEFLOW_WORKSPACE", "MAX_EXPANDED_ARRAY", "MAX_NODES_DEFAULT", "MAX_PROCS_PER_NODE", "MAX_TIME_LIMIT_SECONDS", "MPI_LAUNCHERS", "ONCE_PER_JOB",
+    "RESERVED_ENV", "SBATCH_DROPPED_OFF_SLURM", "SLURM_GPU_OPTIONS", "SLURM_LAYOUT_NONE",
     "SLURM_LAYOUT_OPTIONS", "STAGED_DIR_ENV", "STAGE_COMMENT", "STAGE_INPUT_END", "STAGE_INPUT_ENV",
     "TORCHTUNE_ENTRYPOINT", "TORCH_MASTER_PORT", "TRAINER_CONTAINER", "BackendOptions", "BatchScript", "EnvEntry",
     "LaunchPlan", "Launcher", "NodeResources", "PodGroupPlan", "StagingPlan", "array_elements", "backend_options",

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bridge.annotations import QUEUE_LABEL
 from bridge.api.cluster import BridgeCluster
 from bridge.api.k8s import Container, JobSetSpec, ReplicatedJob
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import TrainJob
 from bridge.errors import InvalidSpec
-from bridge.plan.model import QUEUE_LABEL, LaunchPlan, PodGroupPlan
+from bridge.plan.model import LaunchPlan, PodGroupPlan
 from bridge.plan.traits import traits_of
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from bridge.annotations import FRAMEWORK_LABEL
 from bridge.api.runtime import ClusterTrainingRuntime, MLPolicy, TrainingRuntime
 from bridge.api.trainjob import TrainJob
 from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
-from bridge.plan.model import FRAMEWORK_LABEL, EnvEntry, Launcher, LaunchPlan, NodeResources
+from bridge.plan.model import EnvEntry, Launcher, LaunchPlan, NodeResources
 
 #: env names Kubeflow's webhook reserves for each ML policy: the policy sets them, a TrainJob may not
 RESERVED_ENV = {

@@ -9,13 +9,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bridge.annotations import ANCESTOR_LABEL
 from bridge.api.k8s import Container, EnvVar, JobSetSpec, ReplicatedJob, ResourceRequirements
 from bridge.api.loader import invalid_from_validation
 from bridge.api.quantity import parse_quantity
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import TrainJob
 from bridge.errors import InvalidSpec
-from bridge.plan.model import ANCESTOR_LABEL, TRAINER_CONTAINER, EnvEntry, NodeResources
+from bridge.plan.model import TRAINER_CONTAINER, EnvEntry, NodeResources
 
 
 def merged_template(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime) -> JobSetSpec:

@@ -12,8 +12,6 @@ from typing import Any
 
 from bridge.api.storage import StageSource
 
-FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_CONTAINER = "node"
 TORCH_MASTER_PORT = 29500
 #: namespace for uids derived from a TrainJob's identity when it has none (file input)
@@ -177,8 +175,6 @@ KUBEFLOW_WORKSPACE = "/workspace"
 STAGED_DIR_ENV = {"dataset": "HPCBRIDGE_DATASET_DIR", "model": "HPCBRIDGE_MODEL_DIR"}
 
 
-#: the label Kueue reads a job's LocalQueue from
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bridge.annotations import WORKDIR_ANNOTATION
+from bridge.annotations import QUEUE_LABEL, WORKDIR_ANNOTATION
 from bridge.errors import InvalidSpec
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def _origins(request: SbatchRequest, trainjob: TrainJob, report: Sequence[str]) 
 def queued(source: Input, queue: str) -> Input:
     """*source* with its TrainJob in Kueue's LocalQueue *queue* (``submit --queue``): the label Kueue reads."""
     from bridge.api.names import check_label_value
-    from bridge.plan import QUEUE_LABEL
+
 
     try:
         check_label_value(queue)

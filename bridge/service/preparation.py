@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bridge.annotations import WORKDIR_ANNOTATION
+from bridge.annotations import QUEUE_LABEL, WORKDIR_ANNOTATION
 from bridge.errors import InvalidSpec
 from bridge.service import targets
 from bridge.service.inputs import Input, queued, read_input
@@ -206,5 +206,5 @@ def render(file: str, *, cluster: str | None = None, to: str | None = None, runt
         # a TrainJob bound for Slurm or Flux is queued by the operator, where Kueue sees the TrainJob itself
         raise InvalidSpec("--queue", queue, f"only a Kubernetes cluster queues its JobSets in Kueue; cluster "
                                             f"{prepared.plan.cluster!r} is {prepared.plan.backend} (apply the TrainJob "
-                                            "with the kueue.x-k8s.io/queue-name label for the operator instead)")
+                                            f"with the {QUEUE_LABEL} label for the operator instead)")
     return prepared

@@ -1,5 +1,6 @@
-"""bridge/annotations.py owns hpc-bridge's annotation, label and finalizer names: no other module of bridge/
-spells one out, and docs/annotations.md lists every one."""
+"""bridge/annotations.py owns the annotation, label and finalizer names hpc-bridge uses, its own and those of
+Kubeflow Trainer, Kueue, JobSet and the coscheduling plugin: no other module of bridge/ spells one out, and
+docs/annotations.md lists every one."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ NAME = re.compile(r"(?:[a-z0-9-]+\.)*hpcbridge\.io/[A-Za-z0-9_.-]*")
 #: API version of BridgeCluster (bridge.api.cluster), the spec.managedBy value of hpc-bridge's TrainJobs
 #: (bridge.api.trainjob), and the server-side-apply field manager of `hpcbridge convert` (bridge.convert)
 NOT_NAMES = frozenset({"hpcbridge.io/v1alpha1", "hpcbridge.io/bridge", "hpcbridge.io/convert"})
+#: another project's label or annotation name: under the domains of the projects hpc-bridge reads and writes for
+FOREIGN_NAME = re.compile(r"(?:trainer\.kubeflow\.org|kueue\.x-k8s\.io|jobset\.sigs\.k8s\.io|scheduling\.x-k8s\.io)"
+                          r"/[A-Za-z0-9_.-]*")
+#: strings under those domains that are not labels or annotations, owned where they are used: API versions and
+#: groups (bridge.api), spec.managedBy values (bridge.api.trainjob), Kueue's field manager (bridge.operator.kueue)
+FOREIGN_NOT_NAMES = frozenset({"trainer.kubeflow.org/v1alpha1", "trainer.kubeflow.org/",
+                               "trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue",
+                               "kueue.x-k8s.io/manager"})
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -35,20 +44,28 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
-def spelled_names(source: str) -> list[tuple[int, str]]:
-    """(line, name) for every hpc-bridge name in a string literal of *source* (f-string parts included),
+def spelled_names(source: str, pattern: re.Pattern[str] = NAME,
+                  allowed: frozenset[str] = NOT_NAMES) -> list[tuple[int, str]]:
+    """(line, name) for every name *pattern* finds in a string literal of *source* (f-string parts included),
     docstrings and comments aside."""
     tree = ast.parse(source)
     skip = _docstrings(tree)
     return sorted((node.lineno, name) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
-            for name in NAME.findall(node.value) if name not in NOT_NAMES)
+            for name in pattern.findall(node.value) if name not in allowed)
 
 
 def test_no_module_but_the_owner_spells_a_name():
     found = [f"{path.relative_to(BRIDGE.parent)}:{line}: {name!r}"
              for path in sorted(BRIDGE.rglob("*.py")) if path != OWNER
              for line, name in spelled_names(path.read_text())]
+    assert not found, "import these from bridge.annotations instead:\n" + "\n".join(found)
+
+
+def test_no_module_but_the_owner_spells_another_projects_label():
+    found = [f"{path.relative_to(BRIDGE.parent)}:{line}: {name!r}"
+             for path in sorted(BRIDGE.rglob("*.py")) if path != OWNER
+             for line, name in spelled_names(path.read_text(), FOREIGN_NAME, FOREIGN_NOT_NAMES)]
     assert not found, "import these from bridge.annotations instead:\n" + "\n".join(found)
 
 

@@ -31,7 +31,6 @@ from bridge.adapters.kubernetes.policy import check_pod_policy
 from bridge.adapters.kubernetes.render import JOBSET_API, jobset_name, render_manifests, ssh_secret_name
 from bridge.adapters.kubernetes.scheduling import POD_GROUP_API
 from bridge.adapters.kubernetes.status import (
-    JOBSET_NAME_LABEL,
     creation_warning,
     failed_job_exit_code,
     jobset_state,
@@ -43,7 +42,9 @@ from bridge.annotations import (
     ACCOUNT_ANNOTATION,
     CANCELLED_ANNOTATION,
     FEATURE_LABEL_PREFIX,
+    JOBSET_NAME_LABEL,
     KEYS_ANNOTATION,
+    KUEUE_JOB_UID_LABEL,
     PARTITION_ANNOTATION,
     UID_LABEL,
 )
@@ -60,8 +61,6 @@ _T = TypeVar("_T")
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
-#: Kueue's label on a Workload naming the job it stands for
-KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 #: apiVersion → (group, version, plural) of the gang schedulers' PodGroups
 _POD_GROUP_APIS = {f"{group}/{version}": (group, version, plural) for group, version, plural in POD_GROUP_API.values()}
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from bridge.annotations import ANCESTOR_LABEL
 from bridge.api.names import check_labels
 from bridge.errors import InvalidSpec
-from bridge.plan import ANCESTOR_LABEL, TRAINER_CONTAINER, LaunchPlan
+from bridge.plan import TRAINER_CONTAINER, LaunchPlan
 
 if TYPE_CHECKING:
     from bridge.api.storage import StageSource

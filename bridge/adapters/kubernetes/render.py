@@ -35,7 +35,14 @@ from bridge.adapters.kubernetes.scheduling import (
     placement_for,
     pod_requests,
 )
-from bridge.annotations import ACCOUNT_ANNOTATION, KEYS_ANNOTATION, UID_LABEL
+from bridge.annotations import (
+    ACCOUNT_ANNOTATION,
+    ANCESTOR_LABEL,
+    KEYS_ANNOTATION,
+    QUEUE_LABEL,
+    TRAINJOB_NAME_LABEL,
+    UID_LABEL,
+)
 from bridge.api.cluster import PodPolicy
 from bridge.api.loader import dump_yaml
 from bridge.errors import InvalidSpec
@@ -43,9 +50,7 @@ from bridge.mpi.hostfile import Peer, hostfile_for
 from bridge.mpi.spec import LaunchSpec, launch_framework
 from bridge.mpi.ssh import CLIENT_KEY, DEFAULT_PORT, HOST_KEY
 from bridge.plan import (
-    ANCESTOR_LABEL,
     MPI_LAUNCHERS,
-    QUEUE_LABEL,
     TORCHTUNE_ENTRYPOINT,
     TRAINER_CONTAINER,
     Launcher,
@@ -56,7 +61,6 @@ from bridge.plan import (
 )
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
 #: Secret keys of the job's sshd host keypair, beside Kubeflow's ssh-privatekey / ssh-publickey (the client's):
 #: every pod's sshd presents it and known_hosts pins it, so no host key is ever accepted unseen
 HOST_KEY_SECRET_KEY = "hpcbridge-host-key"
@@ -105,7 +109,7 @@ def hostfile_configmap_name(jobset_name: str) -> str:
 
 
 def _labels(plan: LaunchPlan) -> dict[str, str]:
-    return {NAME_LABEL: plan.name, UID_LABEL: plan.uid}
+    return {TRAINJOB_NAME_LABEL: plan.name, UID_LABEL: plan.uid}
 
 
 def trainer_pod_spec(js: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.adapters.kubernetes.pods import DNS_SUBDOMAIN
 from bridge.annotations import (
     CONSTRAINT_ANNOTATION,
+    COSCHEDULING_LABEL,
     FEATURE_LABEL_PREFIX,
     PARTITION_ANNOTATION,
     PREFIX,
@@ -75,7 +76,6 @@ POD_GROUP_API = {"coscheduling": ("scheduling.x-k8s.io", "v1alpha1", "podgroups"
                  "volcano": ("scheduling.volcano.sh", "v1beta1", "podgroups")}
 
 
-COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"

@@ -7,14 +7,17 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from bridge.adapters.base import JobState
-from bridge.annotations import CANCELLED_ANNOTATION
-from bridge.plan import ANCESTOR_LABEL, QUEUE_LABEL
+from bridge.annotations import (
+    ANCESTOR_LABEL,
+    CANCELLED_ANNOTATION,
+    JOBSET_NAME_LABEL,
+    QUEUE_LABEL,
+    REPLICATED_JOB_LABEL,
+)
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Job, V1Pod
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 #: how the Job controller words a FailJob rule's match (pkg/controller/job/pod_failure_policy.go)
 _EXIT_CODE_MESSAGE = re.compile(r"\bfailed with exit code (\d+)\b")
 

@@ -8,12 +8,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.annotations import QUEUE_LABEL
 from bridge.errors import InvalidSpec
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 #: the manager named on the runtime patches this converter writes
 PATCH_MANAGER = "hpcbridge.io/convert"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 #: (apiVersion, kind) → (replica specs field, framework container name)
 KINDS = {

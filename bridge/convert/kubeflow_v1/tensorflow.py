@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from bridge.annotations import FRAMEWORK_LABEL
 from bridge.convert.kubeflow_v1.conversion import (
     TRAINER_API,
     Conversion,
@@ -101,6 +102,6 @@ def _runtime(conv: Conversion, trainer: dict[str, Any], builtin: dict[str, dict[
     runtime_name = f"{tfjob_name}-tensorflow"
     runtime = {"apiVersion": TRAINER_API, "kind": "TrainingRuntime",
                "metadata": {"name": runtime_name, **({"namespace": namespace} if namespace else {}),
-                            "labels": {"trainer.kubeflow.org/framework": "tensorflow"}},
+                            "labels": {FRAMEWORK_LABEL: "tensorflow"}},
                "spec": base["spec"]}
     return runtime_name, runtime
