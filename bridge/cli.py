@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from bridge import __version__
 from bridge.adapters import REGISTRY
-from bridge.annotations import CHECKPOINT_ANNOTATION, CLUSTER_ANNOTATION
+from bridge.annotations import CHECKPOINT_ANNOTATION, CLUSTER_ANNOTATION, QUEUE_LABEL
 from bridge.errors import AlreadyRan, BridgeError, InvalidSpec
 
 if TYPE_CHECKING:
@@ -434,7 +434,7 @@ def _add_input_commands(sub: Subparsers) -> None:
                                                         "(without it, submitting a finished TrainJob is an error)")
     _cluster_options(p)
     p.add_argument("--queue", help="Kubernetes: the Kueue LocalQueue the JobSet waits in (default: the TrainJob's "
-                                   "kueue.x-k8s.io/queue-name label, else the cluster's spec.kubernetes.queue)")
+                                   f"{QUEUE_LABEL} label, else the cluster's spec.kubernetes.queue)")
     p.add_argument("--format", choices=OUTPUTS, default="text", help="how --dry-run prints the artifact")
     p.set_defaults(func=cmd_submit, sbatch_flags_allowed=True)
 
