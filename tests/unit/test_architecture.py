@@ -331,7 +331,7 @@ def test_the_reader_sees_every_kind_of_import() -> None:
     assert ("bridge.errors", "InvalidSpec") in service_imports  # at module level
     assert ("bridge.adapters", "get_adapter") in service_imports  # inside a function, under another name
     assert ("bridge.adapters.base", None) in {(i.target, None) for i in GRAPH["bridge.adapters"]}  # TYPE_CHECKING
-    assert ("bridge.service", "submit") in {(i.target, i.name) for i in GRAPH["bridge.cli"]}  # service.submit
+    assert ("bridge.service", "submit") in {(i.target, i.name) for i in GRAPH["bridge.cli.submit"]}  # service.submit
 
 
 def test_no_import_cycle_among_the_modules_of_bridge() -> None:

@@ -1,0 +1,105 @@
+"""``hpcbridge submit``: send a TrainJob or batch script, run it in the foreground on the local cluster."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from bridge.cli.output import note, print_artifact, report, retry, show_change
+from bridge.errors import AlreadyRan
+
+if TYPE_CHECKING:
+    from bridge.service import Prepared, Submitted
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from bridge import service
+
+    prepared = service.render(args.file, cluster=args.cluster, runtimes=args.runtimes,
+                              sbatch_flags=args.sbatch_flags, queue=args.queue)
+    report(prepared.notes)
+    if args.dry_run:
+        print_artifact(prepared.artifact, args.format)
+        return 0
+    plan = prepared.plan
+    if prepared.elements:
+        return _submit_array(prepared, args)
+    if prepared.adapter.capabilities.foreground:
+        return _run_here(prepared)
+    submitted = service.submit(prepared, if_finished="rerun" if args.rerun else "error", retry=retry(),
+                               on_wait=note)
+    if submitted.existing:
+        state = submitted.status.state.value if submitted.status else "known"
+        print(f"hpcbridge: note: {plan.namespace}/{plan.name} is already job {submitted.ref.job_id} ({state}); "
+              "nothing was submitted", file=sys.stderr)
+    print(submitted.ref.job_id)
+    if not args.wait:
+        return 0
+    return service.exit_code(service.Follow(prepared.adapter, submitted.ref, on_change=show_change).run())
+
+
+@contextmanager
+def _interrupts_call(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Ctrl-C and SIGTERM call *handler* while the block runs: a job in the foreground is cancelled."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
+
+
+def _run_here(prepared: Prepared) -> int:
+    """A backend whose jobs run in the process that submits (``Capabilities.foreground``: the local cluster)
+    runs the job in the foreground: Ctrl-C (or SIGTERM) cancels it."""
+    from bridge import service
+
+    # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
+    submitted = service.submit(prepared, if_finished="rerun", on_wait=note)
+    adapter, ref, plan = prepared.adapter, submitted.ref, prepared.plan
+    if submitted.existing:
+        raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
+                         f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
+                         ref.job_id, "Running")
+    with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)):
+        status = adapter.wait(ref)
+    print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
+          file=sys.stderr)
+    return service.exit_code(status)
+
+
+def _submit_array(prepared: Prepared, args: argparse.Namespace) -> int:
+    """A job array on a backend without arrays: its elements in order (a foreground backend runs them here),
+    each id printed as it is sent; with --wait (always, in the foreground) the worst element's exit code."""
+    from bridge import service
+
+    adapter, plan = prepared.adapter, prepared.plan
+    foreground = adapter.capabilities.foreground
+    sent: list[Submitted] = []
+
+    def sent_one(submitted: Submitted) -> None:
+        sent.append(submitted)
+        print(submitted.ref.job_id, flush=True)
+
+    def stop(_signum: int, _frame: object) -> None:
+        for submitted in list(sent):
+            adapter.cancel(submitted.ref)
+        raise SystemExit(130)
+
+    with _interrupts_call(stop) if foreground else nullcontext():
+        service.submit_array(prepared, if_finished="rerun" if foreground or args.rerun else "error", retry=retry(),
+                             on_wait=note, on_sent=sent_one)
+        if not (foreground or args.wait):
+            return 0
+        codes = []
+        for submitted in sent:
+            status = adapter.wait(submitted.ref) if foreground else service.Follow(
+                adapter, submitted.ref, on_change=show_change).run()
+            print(f"hpcbridge: {plan.namespace}/{submitted.ref.name} {status.state.value} (exit code "
+                  f"{status.exit_code})", file=sys.stderr)
+            codes.append(service.exit_code(status))
+        return max(codes)
