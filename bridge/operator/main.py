@@ -13,15 +13,20 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import kopf
-
 from bridge.annotations import CLUSTER_ANNOTATION, FINALIZER, MIGRATE_ANNOTATION, OPERATOR_PREFIX
 from bridge.api.trainjob import MANAGED_BY_BRIDGE
 from bridge.errors import InvalidSpec
+from bridge.extras import MissingExtra
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.metrics import Metrics, read_token
 from bridge.operator.reconciler import Permanent, Reconciler, Temporary
 from bridge.operator.sync import Timing
+
+try:
+    import kopf
+    import kubernetes  # noqa: F401 - imported here only to fail before start-up: KubeApi imports it when it starts
+except ImportError:
+    raise MissingExtra("operator", "the operator") from None
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer

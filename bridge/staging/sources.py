@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from bridge.api.storage import StorageLocation
+from bridge.extras import MissingExtra
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -98,8 +99,7 @@ def _huggingface(location: StorageLocation, role: str, settings: Mapping[str, st
         from huggingface_hub import HfApi, snapshot_download
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
     except ImportError:
-        raise StageError("huggingface_hub is not installed where the stage step runs (pip install "
-                         "huggingface_hub)") from None
+        raise StageError(str(MissingExtra("staging", "an hf:// source", where="where the stage step runs"))) from None
     endpoint = settings.get("HF_ENDPOINT") or os.environ.get("HF_ENDPOINT") or None
     token = settings.get("ACCESS_TOKEN") or settings.get("HF_TOKEN") or None
     repo_type = "dataset" if role == "dataset" else "model"
@@ -139,7 +139,7 @@ def _s3(location: StorageLocation, role: str, settings: Mapping[str, str]) -> Re
         from boto3.s3.transfer import TransferConfig
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
-        raise StageError("boto3 is not installed where the stage step runs (pip install boto3)") from None
+        raise StageError(str(MissingExtra("staging", "an s3:// source", where="where the stage step runs"))) from None
     if settings.get("ROLE_ARN"):
         raise StageError("ROLE_ARN: assuming a role is Kubernetes' (IRSA); give ACCESS_KEY_ID and "
                          "SECRET_ACCESS_KEY in the initializer's secret instead")

@@ -166,7 +166,7 @@ BRIDGE = Path(bridge.__file__).resolve().parent
 
 #: the layers of docs/architecture.md, lowest first: a module may import from its own layer and the ones below
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("bridge", "bridge.annotations", "bridge.backends", "bridge.errors", "bridge.envnames", "bridge.sbatch", "bridge.shell"),  # foundation ("bridge": the package itself)
+    ("bridge", "bridge.annotations", "bridge.backends", "bridge.errors", "bridge.extras", "bridge.envnames", "bridge.sbatch", "bridge.shell"),  # foundation ("bridge": the package itself)
     ("bridge.api",),  # wire objects
     ("bridge.plan", "bridge.convert", "bridge.staging", "bridge.tenancy", "bridge.placement", "bridge.records"),
     ("bridge.adapters", "bridge.mpi"),  # backends, and what runs on the nodes

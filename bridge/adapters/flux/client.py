@@ -1,6 +1,6 @@
 """Two ways to talk to a Flux broker, one interface: the ``flux`` command (here or over SSH) and flux-python.
 
-The command works with any broker version; flux-python (``pip install hpc-bridge[flux]``, the release that
+The command works with any broker version; flux-python (``pip install 'hpc-bridge[flux]'``, the release that
 matches the broker) saves a process per call and is imported only when a cluster asks for it.
 """
 
@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from bridge.adapters.base import SIGNALS
 from bridge.adapters.transport import CommandResult, Transport
 from bridge.errors import BackendRejected, BackendUnavailable
+from bridge.extras import MissingExtra
 
 _T = TypeVar("_T")
 
@@ -169,9 +170,10 @@ class FluxPython:
         try:
             import flux
             import flux.job  # needs ply, which flux-python's metadata forgets
-        except ImportError as exc:
-            raise BackendUnavailable("flux", f"flux-python is not importable ({exc}); install hpc-bridge[flux] "
-                                             "with the release matching the broker, or use transport: cli") from None
+        except ImportError:
+            # an install to make, not a broker to wait for; transport: cli needs no bindings
+            raise MissingExtra("flux", "Flux's python transport",
+                               then="(flux-python of the broker's release), or use transport: cli") from None
         self._flux, self._job, self.uri = flux, flux.job, uri
         try:
             self.handle = flux.Flux(uri) if uri else flux.Flux()

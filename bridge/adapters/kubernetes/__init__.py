@@ -110,12 +110,12 @@ class KubernetesAdapter(Adapter):
         return self._api_client
 
     def _core(self) -> CoreV1Api:
-        from kubernetes import client
+        from bridge.adapters.kubernetes.client import client
 
         return client.CoreV1Api(self.api)
 
     def _custom(self) -> CustomObjectsApi:
-        from kubernetes import client
+        from bridge.adapters.kubernetes.client import client
 
         return client.CustomObjectsApi(self.api)
 
@@ -200,7 +200,7 @@ class KubernetesAdapter(Adapter):
                 read: Callable[[str, str], Any] | None = None) -> Any:
         """What the API answered (a dict for a custom object, a client model otherwise); an object of ours
         that exists already (an interrupted submit): as a dict, or None."""
-        from kubernetes.client.exceptions import ApiException
+        from bridge.adapters.kubernetes.client import ApiException
 
         try:
             return fn(namespace, body)
@@ -286,7 +286,7 @@ class KubernetesAdapter(Adapter):
             code = pod_exit_code(pods.items, name, steps)
             if code is None:
                 if jobs is None:
-                    from kubernetes import client
+                    from bridge.adapters.kubernetes.client import client
 
                     jobs = self._call("list jobs", client.BatchV1Api(self.api).list_namespaced_job, namespace,
                                       label_selector=f"{JOBSET_NAME_LABEL} in ({names})").items
@@ -372,7 +372,7 @@ class KubernetesAdapter(Adapter):
         period, and the JobSet stays as the record of the job (Cancelled) until ``remove`` deletes it."""
         if signal not in (None, "TERM", "KILL"):
             raise self.unsupported("cancel --signal", f"pods are stopped with SIGTERM (then SIGKILL), not SIG{signal}")
-        from kubernetes.client.exceptions import ApiException
+        from bridge.adapters.kubernetes.client import ApiException
 
         namespace, name = ref.job_id.split("/", 1)
         patch = {"metadata": {"annotations": {CANCELLED_ANNOTATION: "true"}}, "spec": {"suspend": True}}
@@ -389,10 +389,7 @@ class KubernetesAdapter(Adapter):
 
     def remove(self, ref: JobRef) -> None:
         """Deletes the JobSet and what it owns (a rerun reuses the name); returns when it is gone."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        from bridge.adapters.kubernetes.client import translate
+        from bridge.adapters.kubernetes.client import ApiException, client, translate
 
         namespace, name = ref.job_id.split("/", 1)
         custom = self._custom()
@@ -429,10 +426,7 @@ class KubernetesAdapter(Adapter):
     def _remove_secret(self, namespace: str, name: str, uid: str) -> None:
         """Deletes Secret *namespace*/*name* if it is the one made for TrainJob *uid* (and no other took the name
         meanwhile: the delete is conditional on the Secret's own uid)."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        from bridge.adapters.kubernetes.client import translate
+        from bridge.adapters.kubernetes.client import ApiException, client, translate
 
         core = self._core()
         try:
@@ -470,9 +464,7 @@ class KubernetesAdapter(Adapter):
     def _pod_log(self, pod: str, namespace: str, container: str = "node") -> str | None:
         """The pod's log, or None when the pod is gone since it was listed (a failed JobSet's pods are deleted
         as it ends: their logs went with them)."""
-        from kubernetes.client.exceptions import ApiException
-
-        from bridge.adapters.kubernetes.client import CLIENT_ERRORS, translate
+        from bridge.adapters.kubernetes.client import CLIENT_ERRORS, ApiException, translate
 
         try:
             log: str = self._core().read_namespaced_pod_log(pod, namespace, container=container)
@@ -486,7 +478,7 @@ class KubernetesAdapter(Adapter):
 
     def _pod_gone(self, pod: str, namespace: str) -> bool:
         """Whether *pod* no longer exists (a 404 for its log can also mean the node serves no logs: kwok)."""
-        from kubernetes.client.exceptions import ApiException
+        from bridge.adapters.kubernetes.client import ApiException
 
         try:
             self._core().read_namespaced_pod(pod, namespace)
@@ -576,7 +568,7 @@ class KubernetesAdapter(Adapter):
                               [api.sanitize_for_serialization(pod) for pod in pods.items], pod_spec)
 
     def check(self) -> str:
-        from kubernetes import client
+        from bridge.adapters.kubernetes.client import client
 
         version = self._call("version", client.VersionApi(self.api).get_code)
         return f"Kubernetes {version.git_version}"
