@@ -10,3 +10,7 @@ XGBOOST_TRACKERS = ("script", "launch")
 #: each node TF_CONFIG for its own role from it (bridge.mpi.launchers.tf_config), as the TFJob operator gives
 #: each pod
 TF_ROLES_ENV = "HPCBRIDGE_TF_ROLES"
+
+#: set ("1") by the local cluster on each node's launch: every line of the job's output goes out whole, after
+#: the node and rank that wrote it (MPI ranks through their launcher's tags, bridge.mpi.group.RankLines)
+TAG_OUTPUT_ENV = "HPCBRIDGE_TAG_OUTPUT"

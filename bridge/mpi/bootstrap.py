@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from bridge.envnames import TF_ROLES_ENV, XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
+from bridge.envnames import TAG_OUTPUT_ENV, TF_ROLES_ENV, XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
 from bridge.mpi import discovery, launchers, ssh
 from bridge.mpi.exits import FORWARDED, shell_code
@@ -37,12 +37,14 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Any
 
+    from bridge.mpi.group import LineRelay
     from bridge.mpi.spawn import Process
 
 
 def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
-                ssh_settings: launchers.SSHSettings | None = None) -> list[str] | None:
-    """What this node runs, or None when this node has nothing to start (MPI ranks other than 0)."""
+                ssh_settings: launchers.SSHSettings | None = None, tag_output: bool = False) -> list[str] | None:
+    """What this node runs, or None when this node has nothing to start (MPI ranks other than 0); with
+    *tag_output* an MPI launcher tags what each rank writes (run_tagged reads the tags)."""
     if spec.launcher in MPI:
         if topology.rank != 0:
             return None
@@ -59,9 +61,11 @@ def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(hostfile_for(spec.launcher, peers))
         if spec.launcher == "openmpi":
-            return launchers.openmpi_argv(topology, path, spec.command, spec.forward_env, ssh=ssh_settings)
+            return launchers.openmpi_argv(topology, path, spec.command, spec.forward_env, ssh=ssh_settings,
+                                          tag_output=tag_output)
         return launchers.hydra_argv(topology, path, spec.command, spec.forward_env, ssh=ssh_settings,
-                                    mpiexec="mpiexec" if spec.launcher == "intel" else None, localhost=localhost)
+                                    mpiexec="mpiexec" if spec.launcher == "intel" else None, localhost=localhost,
+                                    tag_output=tag_output)
     if spec.launcher == "torchrun":
         if launchers.calls_torchrun(spec.command):
             return list(spec.command)  # Kubeflow style: the command runs torchrun, which reads PET_* (child_env)
@@ -127,12 +131,14 @@ class Child:
         except ProcessLookupError:
             pass
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str]) -> int | None:
-        """Start *argv*; None, or the shell's code when it cannot start (127 not found, 126 not executable)."""
+    def start(self, argv: Sequence[str], env: Mapping[str, str],
+              outputs: tuple[int, int] | None = None) -> int | None:
+        """Start *argv* (its stdout and stderr on *outputs* when given); None, or the shell's code when it
+        cannot start (127 not found, 126 not executable)."""
         from bridge.mpi.spawn import Process
 
         try:
-            self.proc = Process(argv, env, new_session=True)
+            self.proc = Process(argv, env, new_session=True, outputs=outputs)
         except FileNotFoundError:
             print(f"hpcbridge launch: {argv[0]}: command not found", file=sys.stderr)
             return 127
@@ -167,6 +173,53 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     with Child() as child:
         failed = child.start(argv, env)
         return failed if failed is not None else child.wait()
+
+
+def writers(spec: LaunchSpec, topology: discovery.Topology) -> int:
+    """How many processes of the job write output: a tag tells them apart only where there are several."""
+    return len(topology.hosts) * (spec.procs_per_node if spec.launcher in MPI or spec.framework else 1)
+
+
+def tags_output(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str, str]) -> bool:
+    """Whether this launch tags its lines with their node and rank: where the local cluster asks for it
+    (TAG_OUTPUT_ENV), for a job with several writers, and not for a batch script (its steps label their own
+    lines, ``srun -l``)."""
+    return env.get(TAG_OUTPUT_ENV) == "1" and spec.launcher != "script" and writers(spec, topology) > 1
+
+
+def node_label(node: int) -> bytes:
+    return f"[node-{node}] ".encode()
+
+
+def rank_label(rank: int, per_node: int) -> bytes:
+    """The tag of a rank's lines: its node (the launchers fill each node's slots in rank order) and rank."""
+    return f"[node-{rank // per_node} rank-{rank}] ".encode()
+
+
+def run_relayed(argv: Sequence[str], env: Mapping[str, str], relay: LineRelay, outputs: tuple[int, int]) -> int:
+    """run_child with the child's output through *relay* (its pipes are *outputs*): every line out whole."""
+    with Child() as child:
+        try:
+            failed = child.start(argv, env, outputs)
+        finally:
+            relay.started()
+        code = failed if failed is not None else child.wait()
+    relay.finish()
+    return code
+
+
+def run_tagged(spec: LaunchSpec, topology: discovery.Topology, argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """This node's launch with each line tagged: an MPI launcher's ranks by the tags it writes (it tags chunks,
+    not lines: RankLines joins each rank's chunks into whole lines), any other command by this node."""
+    from bridge.mpi.group import HYDRA_TAG, OPENMPI_TAG, LineRelay, RankLines
+
+    relay = LineRelay(node_label(topology.rank))
+    if spec.launcher in MPI:
+        tag = OPENMPI_TAG if spec.launcher == "openmpi" else HYDRA_TAG
+        outputs = relay.pipe(split=lambda: RankLines(tag, lambda rank: rank_label(rank, spec.procs_per_node)))
+    else:
+        outputs = relay.pipe()
+    return run_relayed(argv, env, relay, outputs)
 
 
 def private_workdir(job_id: str) -> str:
@@ -336,8 +389,9 @@ def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str
 
     members: list[_Worker] = []
     tracker = None
-    # one worker writes straight to our output; several go through a relay, each line whole
-    relay = LineRelay() if spec.procs_per_node > 1 else None
+    # one untagged worker writes straight to our output; several go through a relay, each line whole
+    tagged = tags_output(spec, topology, env)
+    relay = LineRelay() if spec.procs_per_node > 1 or tagged else None
     try:
         if mode == "launch" and topology.rank == 0:
             argv = launchers.xgboost_tracker_argv(spec.command, len(topology.hosts) * spec.procs_per_node,
@@ -348,8 +402,9 @@ def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str
             share = shares[local]
             if share is not None:
                 worker_env["CUDA_VISIBLE_DEVICES"] = share
+            label = rank_label(topology.rank * spec.procs_per_node + local, spec.procs_per_node) if tagged else b""
             members.append(_Worker(Process(list(spec.command), worker_env, new_session=True,
-                                           outputs=relay.pipe() if relay else None)))
+                                           outputs=relay.pipe(label) if relay else None)))
     except FileNotFoundError as exc:
         print(f"hpcbridge launch: {exc.filename or spec.command[0]}: command not found", file=sys.stderr)
         for member in [*members, *([tracker] if tracker else [])]:
@@ -407,9 +462,11 @@ def run(spec: LaunchSpec) -> int:
             return lead(spec, topology, keys, workdir)
         if spec.framework == "xgboost":
             return run_xgboost(spec, topology, child_env(spec, os.environ, topology))
-        argv = launch_argv(spec, topology, workdir)
+        tagged = tags_output(spec, topology, os.environ)
+        argv = launch_argv(spec, topology, workdir, tag_output=tagged)
         if argv is None:
             return 0
-        return run_child(argv, child_env(spec, os.environ, topology))
+        env = child_env(spec, os.environ, topology)
+        return run_tagged(spec, topology, argv, env) if tagged else run_child(argv, env)
     finally:
         remove_workdir(workdir)

@@ -20,8 +20,11 @@ class SSHSettings(namedtuple("SSHSettings", "config wrapper")):
 
 
 def openmpi_argv(topology: Topology, hostfile: str, command: Sequence[str], forward_env: Sequence[str],
-                 ssh: SSHSettings | None = None, mpirun: str = "mpirun") -> list[str]:
+                 ssh: SSHSettings | None = None, mpirun: str = "mpirun", tag_output: bool = False) -> list[str]:
+    """*tag_output*: each chunk a rank writes comes out after ``[jobid,rank]<stdout>:`` (group.OPENMPI_TAG)."""
     argv = [mpirun, "--hostfile", hostfile, "-np", str(len(topology.hosts) * topology.slots)]
+    if tag_output:
+        argv.append("--tag-output")
     if ssh is not None:
         # plm rsh also inside a Slurm allocation, where Open MPI would otherwise launch orted with srun; the
         # agent comes from openmpi_ssh_env
@@ -42,12 +45,16 @@ def openmpi_ssh_env(ssh: SSHSettings, path: str | None = None) -> dict[str, str]
 
 
 def hydra_argv(topology: Topology, hostfile: str, command: Sequence[str], forward_env: Sequence[str],
-               ssh: SSHSettings | None = None, mpiexec: str | None = None, localhost: str | None = None) -> list[str]:
-    """Hydra's mpiexec; *localhost* is the name the proxies reach this host by (default: its hostname)."""
+               ssh: SSHSettings | None = None, mpiexec: str | None = None, localhost: str | None = None,
+               tag_output: bool = False) -> list[str]:
+    """Hydra's mpiexec; *localhost* is the name the proxies reach this host by (default: its hostname);
+    *tag_output*: each chunk a rank writes comes out after ``[rank] `` (group.HYDRA_TAG)."""
     import shutil
 
     program = mpiexec or (shutil.which("mpiexec.hydra") and "mpiexec.hydra") or "mpiexec"
     argv = [program, "-f", hostfile, "-n", str(len(topology.hosts) * topology.slots)]
+    if tag_output:
+        argv.append("-prepend-rank")
     if localhost:
         argv += ["-localhost", localhost]
     if ssh is not None:

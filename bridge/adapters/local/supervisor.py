@@ -1,8 +1,9 @@
 """The supervisor of the local jobs this process started: their process groups, output and end.
 
 The process that submits owns the job: it starts exactly the rendered layout, streams the groups' output
-to this terminal and to the job's logs, stops the other groups when one fails, enforces the time limit, and
-writes the result into the job's record (``records``) for every other process.
+to this terminal (stdout to stdout, stderr to stderr, each line whole) and to the job's logs, stops the other
+groups when one fails, enforces the time limit, and writes the result into the job's record (``records``) for
+every other process.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from bridge.adapters.base import JobRef, JobState, JobStatus, poll_until_finished
 from bridge.adapters.local.layout import LocalProcess, ProcessLayout, StageStep
 from bridge.adapters.local.machine import free_port
 from bridge.adapters.local.records import claiming_ports, job_dir, killpg, write_json
+from bridge.envnames import TAG_OUTPUT_ENV
 from bridge.errors import BackendRejected
 from bridge.mpi.exits import shell_code
 from bridge.staging.phase import phase_status, read_phase
@@ -57,6 +60,46 @@ def gpu_environment(process: LocalProcess, slices: list[str] | None, machine_has
     return {"CUDA_VISIBLE_DEVICES": ""} if machine_has_gpus else {}
 
 
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(line)
+    sys.stderr.flush()
+
+
+class OutputPump:
+    """Copies a process's stdout to *output* and its stderr to *errors*, in a thread each, every line whole
+    and into the log at *log_path* too; a last line without its newline gets one, so it is never glued to
+    the next line written."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, output: Callable[[str], None],
+                 errors: Callable[[str], None]) -> None:
+        self._log = open(log_path, "wb")  # the last of the two threads closes it
+        self._lock = threading.Lock()
+        self._open = 2
+        assert proc.stdout is not None and proc.stderr is not None  # started with both piped
+        self.threads = [threading.Thread(target=self._copy, args=(stream, write), daemon=True)
+                        for stream, write in ((proc.stdout, output), (proc.stderr, errors))]
+        for thread in self.threads:
+            thread.start()
+
+    def _copy(self, stream: IO[bytes], write: Callable[[str], None]) -> None:
+        try:
+            for raw in iter(stream.readline, b""):
+                line = raw if raw.endswith(b"\n") else raw + b"\n"
+                with self._lock:
+                    self._log.write(line)
+                    self._log.flush()
+                write(line.decode("utf-8", errors="replace"))
+        finally:
+            with self._lock:
+                self._open -= 1
+                if not self._open:
+                    self._log.close()
+
+    def join(self, timeout: float | None = None) -> None:
+        for thread in self.threads:
+            thread.join(timeout)
+
+
 @dataclass
 class OwnedJob:
     """A job this process started: its Popen objects and output pumps."""
@@ -66,7 +109,7 @@ class OwnedJob:
     directory: Path
     deadline: float | None
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    pumps: list[threading.Thread] = field(default_factory=list)
+    pumps: list[OutputPump] = field(default_factory=list)
     #: exit code of the node that failed first; the others were stopped because of it
     first_failure: int | None = None
     timed_out: bool = False
@@ -76,12 +119,24 @@ class OwnedJob:
 
 
 class Supervisor:
-    """The jobs this process owns, by job id."""
+    """The jobs this process owns, by job id. Their stdout lines go to *output*, their stderr lines to
+    *errors* (default this process's stderr), one whole line a call, never two calls at once."""
 
-    def __init__(self, output: Callable[[str], None], clock: Callable[[], float]) -> None:
+    def __init__(self, output: Callable[[str], None], clock: Callable[[], float],
+                 errors: Callable[[str], None] | None = None) -> None:
         self.jobs: dict[str, OwnedJob] = {}
-        self.output = output
         self.clock = clock
+        self._lock = threading.Lock()
+        self._output = output
+        self._errors = errors or _to_stderr
+
+    def output(self, line: str) -> None:
+        with self._lock:
+            self._output(line)
+
+    def errors(self, line: str) -> None:
+        with self._lock:
+            self._errors(line)
 
     # --- start ---------------------------------------------------------------------------------------
 
@@ -102,22 +157,23 @@ class Supervisor:
             job.port = free_port(layout.port, taken)
             self._record(job, [])
         bound = layout.on_port(job.port)
-        prefix = len(bound.processes) > 1
+        # each node's launch tags its lines with the node and rank that wrote them (for jobs with several)
+        inherited[TAG_OUTPUT_ENV] = "1"
         for process in bound.processes:
             env = {**inherited, **process.environment(), **gpu_environment(process, slices, machine_has_gpus)}
-            self._start_group(job, process, env, prefix)
+            self._start_group(job, process, env)
         self._record(job, [p.pid for p in job.processes])
 
-    def _start_group(self, job: OwnedJob, process: LocalProcess, env: dict[str, str], prefix: bool) -> None:
+    def _start_group(self, job: OwnedJob, process: LocalProcess, env: dict[str, str]) -> None:
         try:
             proc = subprocess.Popen(list(process.argv), cwd=job.layout.workdir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             self._signal_all(job, signal.SIGKILL)
             raise BackendRejected("local", f"cannot start {process.argv[0]!r}: {exc.strerror}") from None
         job.processes.append(proc)
         log = job.directory / f"node-{process.node}.log"
-        job.pumps.append(self._pump(proc, log, f"[node-{process.node}] " if prefix else ""))
+        job.pumps.append(OutputPump(proc, log, self.output, self.errors))
 
     def _record(self, job: OwnedJob, groups: list[int]) -> None:
         layout = job.layout
@@ -133,7 +189,7 @@ class Supervisor:
         job ended here, its result written."""
         proc = self._start_stage(job, stage, inherited)
         self._record(job, [proc.pid])
-        pump = self._pump(proc, job.directory / "stage.log", "")
+        pump = OutputPump(proc, job.directory / "stage.log", self.output, self.errors)
         job.processes.append(proc)
         try:
             while proc.poll() is None:
@@ -155,7 +211,7 @@ class Supervisor:
     def _start_stage(job: OwnedJob, stage: StageStep, inherited: dict[str, str]) -> subprocess.Popen[bytes]:
         try:
             proc = subprocess.Popen(list(stage.argv), cwd=job.layout.workdir, env={**inherited, **dict(stage.env)},
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     stdin=subprocess.DEVNULL if stage.stdin is None else subprocess.PIPE,
                                     start_new_session=True)
         except OSError as exc:
@@ -178,20 +234,6 @@ class Supervisor:
         reason, message = phase_status(read_phase(stage.staging_dir, job.layout.uid, stage.tenant)) or (
             "InitializerFailed", f"the stage step exited with code {shell_code(code)}")
         return JobStatus(job.ref, JobState.FAILED, exit_code=shell_code(code), reason=reason, message=message)
-
-    def _pump(self, proc: subprocess.Popen[bytes], log_path: Path, prefix: str) -> threading.Thread:
-        """A thread that copies the process's output to its log and, each line prefixed, to the output."""
-        def copy() -> None:
-            assert proc.stdout is not None
-            with open(log_path, "wb") as log:
-                for raw in iter(proc.stdout.readline, b""):
-                    log.write(raw)
-                    log.flush()
-                    self.output(prefix + raw.decode("utf-8", errors="replace"))
-
-        pump = threading.Thread(target=copy, daemon=True)
-        pump.start()
-        return pump
 
     # --- state ---------------------------------------------------------------------------------------
 

@@ -57,6 +57,30 @@ def test_mpi_example_allreduce() -> None:
     assert "Succeeded (exit code 0)" in result.stderr
 
 
+def test_mpi_ranks_lines_come_whole_and_tagged_under_an_unbuffered_python() -> None:
+    """An unbuffered print writes its text and its newline apart: without tags mpirun glued two ranks' halves
+    (``…hello from hpc-bridgerank 1/4 …``). Each line carries its node and rank; the job's stderr is ours."""
+    import re
+
+    result = submit(ROOT / "examples" / "mpi-allreduce.yaml", env={"PYTHONUNBUFFERED": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert all(re.fullmatch(r"\[node-[01] rank-[0-3]\] \S.*", line) for line in lines), lines
+    sums = sorted(line.split("]")[0] for line in lines if re.search(r"allreduce sum=10 .* hello from hpc-bridge$", line))
+    assert sums == [f"[node-{rank // 2} rank-{rank}" for rank in range(4)], lines
+    assert "[node-0 rank-0] allreduce result: 10 OK" in lines
+    assert "Succeeded (exit code 0)" in result.stderr and "allreduce" not in result.stderr
+
+
+def test_stderr_goes_to_stderr_and_a_last_line_stays_apart(tmp_path: Path) -> None:
+    command = ["sh", "-c", 'echo "out $HPCBRIDGE_NODE_RANK"; echo "err $HPCBRIDGE_NODE_RANK" >&2; printf end']
+    result = submit(trainjob(tmp_path, "streams", command, nodes=2))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[node-0] end", "[node-0] out 0", "[node-1] end", "[node-1] out 1"]
+    assert "[node-0] err 0\n" in result.stderr and "[node-1] err 1\n" in result.stderr
+    assert "out" not in result.stderr
+
+
 def test_torch_example_ddp() -> None:
     result = submit(ROOT / "examples" / "torch-ddp.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
