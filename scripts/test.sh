@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --all
 .venv/bin/ruff check bridge tests bench scripts
 .venv/bin/mypy  # strict on bridge/ ([tool.mypy] in pyproject.toml)
+.venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"  # docs/: every link and page resolves
 
 matrix="24.11 26.05"
 [ "$#" -gt 0 ] && matrix=""
