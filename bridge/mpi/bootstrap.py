@@ -397,7 +397,13 @@ def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str
             argv = launchers.xgboost_tracker_argv(spec.command, len(topology.hosts) * spec.procs_per_node,
                                                   spec.rdzv_port)
             tracker = _Worker(Process(argv, env, new_session=True))
+        # on the local cluster the workers that would only retry until the tracker listens wait for it here,
+        # silently: XGBoost logs each refused connection (task 0's script starts the tracker in script mode)
+        waits_from = 1 if mode == "script" and topology.rank == 0 else 0
         for local in range(spec.procs_per_node):
+            if local == waits_from and spec.discovery == "local":
+                owner = tracker or (members[0] if members else None)
+                wait_for_tracker(spec.rdzv_port, spec.wait_timeout, owner.proc if owner else None)
             worker_env = {**env, **launchers.xgboost_env(topology, spec.rdzv_port, local)}
             share = shares[local]
             if share is not None:
@@ -420,6 +426,40 @@ def run_xgboost(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str
     if relay is not None:
         relay.finish()
     return code
+
+
+def exited(proc: Process) -> bool:
+    """Whether *proc* has ended, without reaping it (wait_all reaps the group's members)."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def listening(port: int) -> bool:
+    """Whether a socket of this machine listens on TCP *port*, from the kernel's tables: a probe connection
+    would reach XGBoost's tracker as a worker that failed its handshake, and the tracker logs each one."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl, local address (hex ip:port), remote address, state (0A: LISTEN), ...
+            if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                return True
+    return False
+
+
+def wait_for_tracker(port: int, timeout: float, owner: Process | None) -> None:
+    """Until this machine listens on *port*, the tracker's process (*owner*, on node 0) ended, or *timeout*
+    seconds passed (the workers then retry as they would have)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not listening(port) and not (owner and exited(owner)) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 #: how many ports above the plan's a shared-node job's coordinator may move (job_port)

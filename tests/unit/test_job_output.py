@@ -108,3 +108,31 @@ def test_a_pump_sends_stderr_apart_and_ends_a_last_line(tmp_path) -> None:
     pump.join(5)
     assert out == ["out\n", "no newline\n"] and err == ["err\n"]
     assert sorted((tmp_path / "node-0.log").read_text().splitlines()) == ["err", "no newline", "out"]
+
+
+def test_xgboost_workers_wait_for_the_trackers_port_without_connecting() -> None:
+    """The wait reads the kernel's tables: a probe connection would be a failed worker to the tracker."""
+    import socket
+    import time
+
+    from bridge.mpi.spawn import Process
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    assert not bootstrap.listening(port)
+    server.listen()
+    try:
+        assert bootstrap.listening(port)
+        started = time.monotonic()
+        bootstrap.wait_for_tracker(port, 30, None)
+        assert time.monotonic() - started < 1
+    finally:
+        server.close()
+    ended = Process(["true"])
+    while not bootstrap.exited(ended):
+        time.sleep(0.01)
+    started = time.monotonic()
+    bootstrap.wait_for_tracker(port, 30, ended)  # its owner ended: no tracker is coming
+    assert time.monotonic() - started < 1
+    assert ended.wait() == 0  # not reaped by the look
