@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up hpc-bridge on a fresh Debian 12 machine.
-#   scripts/setup.sh        what the local cluster needs: Open MPI, a venv with hpc-bridge and mpi4py
+#   scripts/setup.sh        what the local cluster needs: Open MPI, a venv with hpc-bridge[examples] (mpi4py)
 #   scripts/setup.sh --all  everything the test suite needs too: MPICH, sshd, Slurm + munge, containerd + runc +
-#                           CNI plugins + debootstrap (real Kubernetes nodes), PyTorch (CPU use), the dev tools
+#                           CNI plugins + debootstrap (real Kubernetes nodes), the staging, kubernetes and
+#                           operator extras, PyTorch, JAX and XGBoost (CPU use), the dev tools
 # The venv lives in ~/.cache/hpcbridge/venv (override with HPCBRIDGE_VENV); .venv in the repo links to it.
 # Re-running is cheap: packages already installed are skipped.
 set -euo pipefail
@@ -42,10 +43,11 @@ pip=("$venv/bin/python" -m pip install -q)
 # compat editable mode: a plain path entry instead of an import hook every Python start-up pays for (~10 ms,
 # on every node of every job that starts `hpcbridge launch`)
 editable=(--config-settings editable_mode=compat)
-# mpi4py is built for whichever MPI it finds first at run time; the wheel carries both ABIs.
-"${pip[@]}" "${editable[@]}" -e . mpi4py
+# the examples extra is mpi4py, for whichever MPI it finds first at run time: the wheel carries both ABIs
+"${pip[@]}" "${editable[@]}" -e '.[examples]'
 if [ "$all" = 1 ]; then
-  "${pip[@]}" "${editable[@]}" -e '.[dev,staging]'
+  # not flux: the tests use the bindings built with their own flux-core, never PyPI's
+  "${pip[@]}" "${editable[@]}" -e '.[examples,dev,docs,staging,kubernetes,operator]'
   # torch from PyPI; the examples and tests use it on CPU with the gloo backend
   "$venv/bin/python" -c 'import torch' 2>/dev/null || "${pip[@]}" torch numpy
   # jax (CPU) for the JAX example and its tests on the jax-distributed runtime
