@@ -10,9 +10,11 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from bridge.cli.output import note, print_artifact, report, retry, show_change
+from bridge.cli.progress import StatusLine
 from bridge.errors import AlreadyRan
 
 if TYPE_CHECKING:
+    from bridge.adapters.base import JobStatus
     from bridge.service import Prepared, Submitted
 
 
@@ -39,7 +41,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(submitted.ref.job_id)
     if not args.wait:
         return 0
-    return service.exit_code(service.Follow(prepared.adapter, submitted.ref, on_change=show_change).run())
+    with StatusLine(f"{plan.namespace}/{plan.name}", "Pending") as line:
+        def changed(status: JobStatus) -> None:
+            show_change(status)
+            line.update(status.state.value)
+
+        status = service.Follow(prepared.adapter, submitted.ref, on_change=changed).run()
+    return service.exit_code(status)
 
 
 @contextmanager
@@ -65,7 +73,8 @@ def _run_here(prepared: Prepared) -> int:
         raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
                          f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
                          ref.job_id, "Running")
-    with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)):
+    with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)), \
+            StatusLine(f"{plan.namespace}/{plan.name}", "Running"):
         status = adapter.wait(ref)
     print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
           file=sys.stderr)
