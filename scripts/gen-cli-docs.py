@@ -26,8 +26,7 @@ cluster exits with the job's own code.
 def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     for action in parser._actions:  # argparse keeps its subcommands nowhere public
         if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield name, child
+            yield from action.choices.items()
 
 
 def _sections(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> Iterator[str]:
