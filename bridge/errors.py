@@ -7,6 +7,8 @@ backend's permanent "no" and carries its message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class BridgeError(Exception):
     """Base of every error hpc-bridge raises on purpose."""
@@ -69,6 +71,21 @@ class AlreadyRan(BridgeError):
         self.job_id = job_id
         self.state = state
         super().__init__(_one_line(message))
+
+
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The one of *known* closest to a mistyped *word*; None when none is close (a suggestion that is not near
+    what was typed would mislead)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(set(known)), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``did you mean 'numNodes'?`` for the closest of *known* to *word* (``closest``); empty when none is."""
+    close = closest(word, known)
+    return f"did you mean {close!r}?" if close else ""
 
 
 def _one_line(text: str) -> str:

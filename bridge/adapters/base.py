@@ -138,6 +138,9 @@ class Capabilities:
     follow_logs: bool = True
     #: a job name exists once on the backend: a rerun removes the finished job of that name first
     unique_names: bool = False
+    #: a job's name on the backend is its uid (the local cluster's state directories), not the TrainJob's name:
+    #: a fresh uid is a fresh name, so each submit of a batch script is a job of its own there too
+    named_by_uid: bool = False
     #: the job's processes run for real (False where the engine only schedules, e.g. kwok nodes)
     runs_commands: bool = True
     #: a batch script is sent as it is, with its own directives (``LaunchPlan.batch_script``); backends

@@ -156,9 +156,12 @@ class SSHTransport(Transport):
     def __init__(self, host: str, port: int = 22, user: str | None = None, key_file: str | None = None,
                  known_hosts_file: str | None = None, env: Mapping[str, str] | None = None,
                  connect_timeout: float = 10.0, retries: int = 3, backoff: float = 0.5,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 known_hosts_field: str = "spec.slurm.knownHostsFile") -> None:
+        #: the cluster's field that names the known_hosts file, for errors about it
+        self.known_hosts_field = known_hosts_field
         if not known_hosts_file:
-            raise InvalidSpec("spec.slurm.knownHostsFile", None,
+            raise InvalidSpec(known_hosts_field, None,
                               "the SSH transport needs a known_hosts file: host keys are never accepted unseen")
         self.host, self.port, self.user = host, port, user
         # config files say ~/.ssh/...; paramiko does not expand ~
@@ -174,7 +177,7 @@ class SSHTransport(Transport):
         import paramiko  # only when an SSH cluster is used: keeps the CLI fast
 
         client = paramiko.SSHClient()
-        client.load_host_keys(self.known_hosts_file)
+        self._load_host_keys(client)
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
             client.connect(self.host, port=self.port, username=self.user, key_filename=self.key_file,
@@ -191,6 +194,20 @@ class SSHTransport(Transport):
             raise
         self.connects += 1
         return client
+
+    def _load_host_keys(self, client: paramiko.SSHClient) -> None:
+        """The known_hosts file into *client*; one that is missing or unreadable fails at once, saying how to
+        make it (no retry brings a file)."""
+        try:
+            client.load_host_keys(self.known_hosts_file)
+        except OSError as exc:
+            port = f"-p {self.port} " if self.port != 22 else ""
+            host, file = shlex.quote(self.host), shlex.quote(self.known_hosts_file)
+            raise InvalidSpec(self.known_hosts_field, self.known_hosts_file,
+                              f"cannot read the known_hosts file ({exc.strerror or exc}); add {self.host}'s host key "
+                              f"after checking it (`ssh-keyscan {port}{host} | ssh-keygen -lf -` prints its "
+                              f"fingerprints, to compare with the ones your site publishes): `ssh-keyscan -H "
+                              f"{port}{host} >> {file}`") from None
 
     def _client_or_connect(self) -> paramiko.SSHClient:
         transport = self._client.get_transport() if self._client is not None else None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+import types as types_module
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -13,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from bridge.api.cluster import BridgeCluster
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import TrainJob
-from bridge.errors import InvalidSpec
+from bridge.errors import InvalidSpec, did_you_mean
 
 # libyaml's loader when PyYAML was built with it: same safe semantics, several times faster
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -81,8 +83,10 @@ STALE_FIELDS: dict[str, str] = {
 }
 
 
-def invalid_from_validation(exc: ValidationError, source: str | None = None, prefix: str = "") -> InvalidSpec:
-    """The first validation error as an InvalidSpec; the count of the others is appended."""
+def invalid_from_validation(exc: ValidationError, source: str | None = None, prefix: str = "",
+                            model: type[BaseModel] | None = None) -> InvalidSpec:
+    """The first validation error as an InvalidSpec; the count of the others is appended. With the *model*
+    validated, an unknown field is told the closest field the model has there."""
     errors = exc.errors(include_url=False)
     first = errors[0]
     path = format_loc(first["loc"])
@@ -91,6 +95,10 @@ def invalid_from_validation(exc: ValidationError, source: str | None = None, pre
     problem = _PROBLEMS.get(first["type"]) or first["msg"]
     if first["type"] == "extra_forbidden" and path in STALE_FIELDS:
         problem = f"unknown field: {STALE_FIELDS[path]}"
+    elif first["type"] == "extra_forbidden" and model is not None and first["loc"]:
+        loc = tuple(first["loc"])
+        hint = did_you_mean(str(loc[-1]), _fields_at(model, loc[:-1]))
+        problem += f"; {hint}" if hint else ""
     elif path == "spec.trainer.numProcPerNode" and isinstance(first.get("input"), str):
         problem = ("an integer since Trainer v2.2 (\"auto\", \"cpu\" and \"gpu\" were v2.0–v2.1 values): leave it out "
                    "for one process per GPU, else per CPU")
@@ -100,6 +108,38 @@ def invalid_from_validation(exc: ValidationError, source: str | None = None, pre
         problem += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     value = None if first["type"] == "missing" else first.get("input")
     return InvalidSpec(path, value, problem, source=source)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:
+    """The wire names of the fields *model* has at *loc* (a validation error's path, its union and validator
+    entries included): those of every model the path can lead to, through optionals, unions, lists and maps."""
+    types: list[Any] = [model]
+    for part in loc:
+        if isinstance(part, str) and (part in _NOT_FIELDS or part.startswith(("function-", "literal["))):
+            continue
+        following: list[Any] = []
+        for kind in _unwrapped(types):
+            if isinstance(part, int) and typing.get_origin(kind) in (list, tuple, Sequence):
+                following += typing.get_args(kind)[:1]
+            elif typing.get_origin(kind) in (dict, Mapping):
+                following += typing.get_args(kind)[1:2]
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                following += [info.annotation for name, info in kind.model_fields.items()
+                              if part in (name, info.alias)]
+        types = following
+    return {info.alias or name for kind in _unwrapped(types)
+            if isinstance(kind, type) and issubclass(kind, BaseModel) for name, info in kind.model_fields.items()}
+
+
+def _unwrapped(types: Iterable[Any]) -> list[Any]:
+    """*types* with optionals and unions opened into their members."""
+    opened: list[Any] = []
+    for kind in types:
+        if typing.get_origin(kind) in (typing.Union, types_module.UnionType):
+            opened += _unwrapped(arg for arg in typing.get_args(kind) if arg is not type(None))
+        else:
+            opened.append(kind)
+    return opened
 
 
 def _short(path: str, limit: int = 120) -> str:
@@ -197,7 +237,7 @@ def parse_object(data: Any, source: str | None = None) -> Resource:
     try:
         return model.model_validate(data)  # type: ignore[return-value]
     except ValidationError as exc:
-        raise invalid_from_validation(exc, source) from None
+        raise invalid_from_validation(exc, source, model=model) from None
     except RecursionError:
         raise InvalidSpec("", "…", "document is nested too deeply", source=source) from None
 

@@ -294,7 +294,8 @@ class Reconciler:
         doc["metadata"].setdefault("annotations", {})[CLUSTER_ANNOTATION] = target
         service.add_resume_env(doc, f"the job of TrainJob {name} on {cluster}")
         return service.prepare(self._source(doc, namespace, name), cluster=target, configured=self.api.clusters(),
-                               adapter_for=self._adapter, tenancy=self._tenancy(namespace))
+                               adapter_for=self._adapter, tenancy=self._tenancy(namespace),
+                               cluster_field=f"metadata.annotations[{MIGRATE_ANNOTATION}]")
 
     def _job_to_move(self, cluster: str, namespace: str, uid: str, name: str) -> tuple[Adapter, JobRef] | None:
         """The job the backend holds for the TrainJob *uid* under its tenant's identity on *cluster*, and the

@@ -38,7 +38,7 @@ def merged_template(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTraini
     try:
         return JobSetSpec.model_validate(base)
     except ValidationError as exc:
-        raise invalid_from_validation(exc, prefix="spec.runtimePatches (merged template)") from None
+        raise invalid_from_validation(exc, prefix="spec.runtimePatches (merged template)", model=JobSetSpec) from None
 
 
 def _patch_part(parent: Any, key: str, where: str, kind: type) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 from bridge import tenancy
 from bridge.annotations import KNOBS, PREFIX, SBATCH_PASSTHROUGH_PREFIX, SLURM_LAYOUT_ANNOTATION
 from bridge.api.cluster import CONSTRAINT, SLURM_NAME, BridgeCluster, Tenant
-from bridge.errors import InvalidSpec
+from bridge.errors import InvalidSpec, closest
 from bridge.plan.limits import check_directive_value
 from bridge.plan.model import BackendOptions, Launcher
 from bridge.plan.traits import traits_of
@@ -247,7 +247,10 @@ def _check_passthrough(where: str, option: str, value: str, tenant: Tenant | Non
 def _check_knob(where: str, knob: str, value: str, cluster: BridgeCluster) -> None:
     """One of hpc-bridge's own annotations (``KNOBS``), in the grammar the backend reads it in."""
     if knob not in KNOBS:
-        raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; known: {', '.join(KNOBS)}")
+        close = closest(knob, KNOBS)
+        hint = f"did you mean {PREFIX + close!r}?" if close else ""
+        raise InvalidSpec(where, value, f"unknown hpc-bridge annotation; {hint + ' ' if hint else ''}known: "
+                                        f"{', '.join(KNOBS)}")
     if knob in ("partition", "account", "qos"):
         if not SLURM_NAME.fullmatch(value):
             raise InvalidSpec(where, value, "must be a Slurm name: letters, digits and _ . + @ -")

@@ -9,7 +9,7 @@ from bridge.annotations import CLUSTER_ANNOTATION
 from bridge.api.cluster import BridgeCluster
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import TrainJob
-from bridge.errors import InvalidSpec
+from bridge.errors import InvalidSpec, did_you_mean
 from bridge.plan.model import UID_NAMESPACE
 
 
@@ -42,7 +42,8 @@ def find_runtime(trainjob: TrainJob, runtimes: Iterable[TrainingRuntime | Cluste
         available = sorted({r.name for r in runtimes if r.kind == kind}
                            | {n for k, n in getattr(runtimes, "seen", ()) if k == kind}
                            | (set(builtin_runtime_names()) if kind == "ClusterTrainingRuntime" else set()))
-        hint = f"; known: {', '.join(available)}" if available else ""
+        close = did_you_mean(ref.name, available)
+        hint = (f"; {close}" if close else "") + (f"; known: {', '.join(available)}" if available else "")
         unreadable = getattr(runtimes, "unreadable", ())
         if unreadable:
             hint += f"; {len(unreadable)} runtime file(s) could not be read, the first: {unreadable[0]}"
@@ -64,15 +65,17 @@ def requested_cluster(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrai
 
 def select_cluster(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime | None,
                    clusters: Mapping[str, BridgeCluster], override: str | None = None,
-                   default: str = "local") -> BridgeCluster:
+                   default: str = "local", override_field: str = "--cluster") -> BridgeCluster:
     """The target cluster: the explicit choice, else the TrainJob's annotation, else the runtime's, else
-    *default* (``local`` for the CLI; the operator's own)."""
+    *default* (``local`` for the CLI; the operator's own). An unknown name is blamed on where it was written:
+    *override_field* (how the caller's user gave *override*: a flag) or the annotation."""
     name = requested_cluster(trainjob, runtime, override, default)
+    field = f"metadata.annotations[{CLUSTER_ANNOTATION}]"
     if not name:
-        raise InvalidSpec(f"metadata.annotations[{CLUSTER_ANNOTATION}]", None,
-                          f"name the cluster to run on, on the TrainJob or its runtime; configured: "
-                          f"{', '.join(sorted(clusters)) or 'none'}")
+        raise InvalidSpec(field, None, f"name the cluster to run on, on the TrainJob or its runtime; configured: "
+                                       f"{', '.join(sorted(clusters)) or 'none'}")
     if name not in clusters:
-        raise InvalidSpec(f"metadata.annotations[{CLUSTER_ANNOTATION}]", name,
-                          f"no such cluster; configured: {', '.join(sorted(clusters))}")
+        hint = did_you_mean(name, clusters)
+        raise InvalidSpec(override_field if override else field, name,
+                          f"no such cluster; {hint + ' ' if hint else ''}configured: {', '.join(sorted(clusters))}")
     return clusters[name]

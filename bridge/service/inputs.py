@@ -29,6 +29,20 @@ class Input:
     notes: tuple[str, ...] = ()
     #: the batch script itself, when the input was one: Slurm runs it as it is (``BatchScript``)
     script: BatchScript | None = None
+    #: for a TrainJob with sbatch flags laid over it, (annotation, flag, conversion note) for each
+    #: ``hpcbridge.io/*`` annotation a flag became, as ``BatchScript.origins`` says it for a script's lines
+    flag_origins: tuple[tuple[str, str, str | None], ...] = ()
+
+    @property
+    def origins(self) -> tuple[tuple[str, str, str | None], ...]:
+        """(annotation, where the user wrote it, conversion note) for each ``hpcbridge.io/*`` annotation an
+        ``#SBATCH`` line or a command-line flag became: errors and notes about it name what the user typed."""
+        return self.script.origins if self.script is not None else self.flag_origins
+
+    def where(self, field: str) -> str | None:
+        """The line or flag an annotation field (``metadata.annotations[KEY]``) came from; None if none did (the
+        TrainJob itself carries it)."""
+        return next((where for key, where, _ in self.origins if field == f"metadata.annotations[{key}]"), None)
 
     @property
     def trainjobs(self) -> list[TrainJob]:
@@ -89,12 +103,14 @@ def read_input(file: str, sbatch_flags: Sequence[str] = (), stdin: str | None = 
 
         flags = parse_flags(sbatch_flags)
         converted = []
+        origins: tuple[tuple[str, str, str | None], ...] = ()
         for obj in objects:
             if isinstance(obj, TrainJob):
                 obj, report = apply_flags(obj, flags)
                 notes.extend(report)
+                origins += _origins(flags, obj, report)
             converted.append(obj)
-        objects = converted
+        return Input(tuple(converted), source, path, tuple(notes), flag_origins=origins)
     return Input(tuple(objects), source, path, tuple(notes))
 
 
@@ -152,7 +168,8 @@ def _read_script(text: str, source: str, path: str | None, sbatch_flags: Sequenc
 
 
 def _origins(request: SbatchRequest, trainjob: TrainJob, report: Sequence[str]) -> tuple[tuple[str, str, str | None], ...]:
-    """For each ``hpcbridge.io/*`` annotation a directive became: (annotation, directive, conversion note)."""
+    """For each ``hpcbridge.io/*`` annotation a directive or flag became: (annotation, directive, conversion
+    note)."""
     from bridge.annotations import PREFIX, SBATCH_PASSTHROUGH_PREFIX
 
     annotations = trainjob.metadata.annotations or {}

@@ -66,7 +66,8 @@ def migrate(adapter: Adapter, job_id: str, target: str, *, signal: str = "TERM",
     documents = list(yaml.safe_load_all(text))
     add_resume_env(next(doc for doc in documents if doc.get("kind") == "TrainJob"), job_id)
     source = read_input("-", stdin=yaml.safe_dump_all(documents, sort_keys=False))
-    prepared = prepare(source, cluster=target, configured=configured)  # refused here: nothing was stopped yet
+    # refused here: nothing was stopped yet
+    prepared = prepare(source, cluster=target, configured=configured, cluster_field="--to")
     if prepared.plan.cluster == adapter.cluster.name:
         raise InvalidSpec("--to", target, f"job {job_id} already runs on cluster {target}")
     moved = move(adapter, ref, prepared, signal=signal, grace_seconds=grace_seconds, reason=reason,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from bridge.api.loader import Resource
     from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
     from bridge.api.trainjob import TrainJob
-    from bridge.plan import BatchScript, LaunchPlan
+    from bridge.plan import LaunchPlan
     from bridge.tenancy import Request as TenantRequest
 
 
@@ -50,12 +50,12 @@ class Prepared:
 def prepare(source: Input, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
             configured: Mapping[str, BridgeCluster] | None = None, default_cluster: str = "local",
             adapter_for: Callable[[BridgeCluster], Adapter] | None = None,
-            tenancy: TenantRequest | None = None) -> Prepared:
+            tenancy: TenantRequest | None = None, cluster_field: str = "--cluster") -> Prepared:
     """Input → plan → artifact for the chosen cluster (or backend type, with *to*); nothing is sent. A TrainJob
     whose annotations and runtime name no cluster goes to *default_cluster*. *adapter_for* gives the adapter of
     a cluster (the operator: one per cluster and tenant, kept open); by default a new one. With *tenancy* (the
     operator) the TrainJob runs as the tenant its namespace maps to on the chosen cluster, within that tenant's
-    mapping, or is refused."""
+    mapping, or is refused. *cluster_field* is where the caller's user wrote *cluster*, for errors about it."""
     from bridge.api.catalog import all_runtimes
     from bridge.api.cluster import BridgeCluster
     from bridge.placement import AUTO
@@ -86,7 +86,8 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
             chosen, judged = placement.place(
                 available, lambda target: _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy))
             return replace(chosen, notes=(*placement.notes(judged), *chosen.notes))
-        target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster)
+        target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster,
+                                override_field=cluster_field)
     return _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy)
 
 
@@ -94,22 +95,21 @@ def _prepare_for(target: BridgeCluster, trainjob: TrainJob, runtime: TrainingRun
                  source: Input,
                  adapter_for: Callable[[BridgeCluster], Adapter] | None,
                  tenancy: TenantRequest | None = None) -> Prepared:
-    script = source.script
-    if script is None:
+    if not source.origins:
         return _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy)
     try:
         prepared = _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy)
     except InvalidSpec as exc:
-        where = script.where(exc.field)
+        where = source.where(exc.field)
         if where is None:
             raise
-        # the user wrote a #SBATCH line, not an annotation: the error names the line
+        # the user wrote a #SBATCH line or a flag, not an annotation: the error names what they wrote
         raise InvalidSpec(where, exc.value, exc.problem, source=source.source) from None
-    return _told_by_line(prepared, script)
+    return _told_by_line(prepared, source)
 
 
-def _told_by_line(prepared: Prepared, script: BatchScript) -> Prepared:
-    """A script's options dropped off Slurm are told once each, by the line that gave them: the plan's note
+def _told_by_line(prepared: Prepared, source: Input) -> Prepared:
+    """Options dropped off Slurm are told once each, by the #SBATCH line or flag that gave them: the plan's note
     names the line instead of the annotation, and conversion's "passed through verbatim" goes."""
     from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX
     from bridge.plan import dropped_note
@@ -117,7 +117,7 @@ def _told_by_line(prepared: Prepared, script: BatchScript) -> Prepared:
     plan, notes = prepared.plan, list(prepared.notes)
     for option, value, why in plan.options.dropped:
         key = f"{SBATCH_PASSTHROUGH_PREFIX}{option}"
-        for origin, where, said in script.origins:
+        for origin, where, said in source.origins:
             if origin != key:
                 continue
             by_key = dropped_note(f"metadata.annotations[{key}]", option, value, why, plan.cluster, plan.backend)
@@ -140,14 +140,12 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
     if target.spec.type != "kubernetes":
         trainjob = _workdir_relative_to_file(trainjob, source.path, WORKDIR_ANNOTATION)
     adapter = (adapter_for or targets.get_adapter)(target)
-    plan = resolve(trainjob, runtime, adapter.cluster, tenant)
-    notes = source.notes
     script = source.script
     if script is not None:
-        if not adapter.capabilities.unique_names:
-            # each submit of a batch script is a new job, as with sbatch (a sweep submits one script many
-            # times); retries within this submit still find the job they sent, by this uid
-            plan = replace(plan, uid=str(uuid.uuid4()))
+        trainjob = _uid_per_submit(trainjob, adapter)
+    plan = resolve(trainjob, runtime, adapter.cluster, tenant)
+    notes = source.notes
+    if script is not None:
         if adapter.capabilities.batch_scripts:
             # sent as it is: what conversion said about fields does not apply
             plan, notes = replace(plan, batch_script=script), script.notes
@@ -166,6 +164,17 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
         return replace(_array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran)), waits_for=waits_for)
     adapter.check_options(plan)
     return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran), waits_for=waits_for)
+
+
+def _uid_per_submit(trainjob: TrainJob, adapter: Adapter) -> TrainJob:
+    """A batch script's TrainJob with a uid of its own: each submit of a script is a new job, as with sbatch (a
+    sweep submits one script many times), while retries within this submit still find the job they sent, by
+    this uid. Where a job is named after its TrainJob and names are unique (Kubernetes' JobSets) a second job
+    cannot stand beside the first: there the script keeps the uid derived from its name, as a TrainJob file."""
+    capabilities = adapter.capabilities
+    if capabilities.unique_names and not capabilities.named_by_uid:
+        return trainjob
+    return trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
 
 
 def _array_for(adapter: Adapter, plan: LaunchPlan, notes: tuple[str, ...], objects: tuple[Resource, ...]) -> Prepared:

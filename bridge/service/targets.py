@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bridge.errors import InvalidSpec
+from bridge.errors import InvalidSpec, did_you_mean
 
 if TYPE_CHECKING:
     from bridge.adapters.base import Adapter
@@ -49,7 +49,9 @@ def cluster_adapter(name: str | None) -> Adapter:
             raise InvalidSpec("--cluster", None, f"name the cluster; configured: {', '.join(sorted(configured))}")
         name = remote[0]
     if name not in configured:
-        raise InvalidSpec("--cluster", name, f"no such cluster; configured: {', '.join(sorted(configured))}")
+        hint = did_you_mean(name, configured)
+        raise InvalidSpec("--cluster", name, f"no such cluster; {hint + ' ' if hint else ''}configured: "
+                                             f"{', '.join(sorted(configured))}")
     return get_adapter(configured[name])
 
 

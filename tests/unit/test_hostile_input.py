@@ -190,9 +190,9 @@ def test_privileged_option_in_a_batch_script_is_refused(tmp_path) -> None:
     path.write_text("#!/bin/bash\n#SBATCH --uid=0\n#SBATCH -N 1\nid\n")
     source = read_input(str(path))
     refused(prepare, source, to="slurm", field="#SBATCH line 2: --uid")  # the line the user wrote
-    # the same on the command line
+    # the same on the command line, named as it was typed
     flags = read_input(str(EXAMPLE), ["--get-user-env"])
-    refused(prepare, flags, to="slurm", field="hpcbridge.io/sbatch.get-user-env")
+    refused(prepare, flags, to="slurm", field="command line: --get-user-env")
 
 
 def test_privileged_option_passes_where_the_cluster_allows_it(tmp_path) -> None:

@@ -44,7 +44,8 @@ def make_transport(cluster: BridgeCluster) -> Transport:
     conn = cluster.spec.flux
     env = {"FLUX_URI": conn.uri} if conn is not None and conn.uri else {}
     if conn is not None and conn.host:
-        return SSHTransport(conn.host, conn.port or 22, conn.user, conn.key_file, conn.known_hosts_file, env=env)
+        return SSHTransport(conn.host, conn.port or 22, conn.user, conn.key_file, conn.known_hosts_file, env=env,
+                            known_hosts_field="spec.flux.knownHostsFile")
     return LocalTransport(env)
 
 

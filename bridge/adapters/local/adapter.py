@@ -49,7 +49,7 @@ class LocalAdapter(Adapter):
     backend = "local"
     # names are uids here: a rerun replaces the finished run's state directory; the job runs in the process
     # that submits it, which waits for it
-    capabilities = Capabilities(unique_names=True, foreground=True)
+    capabilities = Capabilities(unique_names=True, named_by_uid=True, foreground=True)
     options = ()
 
     def __init__(self, cluster: BridgeCluster, output: Callable[[str], None] | None = None,
