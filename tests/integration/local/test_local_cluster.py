@@ -235,3 +235,24 @@ def test_each_emulated_node_gets_its_own_gpus_and_a_job_needing_more_is_refused(
     cpu = subprocess.run([sys.executable, "-m", "bridge", "submit", str(trainjob(tmp_path, "cpu", show))],
                          capture_output=True, text=True, timeout=120, env={**env_without, **env})
     assert cpu.returncode == 0 and "node 0 sees []" in cpu.stdout
+
+
+def test_a_batch_script_submitted_again_is_a_new_job_with_its_own_record_and_logs(tmp_path: Path) -> None:
+    """As with sbatch, each submit of a script is a job of its own: a second run no longer replaces the first
+    one's record and logs, and `list` shows both."""
+    import json
+
+    script = tmp_path / "sweep.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH -N 1\n#SBATCH --chdir=" + str(tmp_path) + "\necho run $RUN\n")
+    for run in ("one", "two"):
+        result = submit(script, env={"RUN": run})
+        assert result.returncode == 0, result.stderr
+    listed = subprocess.run([sys.executable, "-m", "bridge", "list", "--cluster", "local", "-o", "json"],
+                            capture_output=True, text=True, timeout=120)
+    rows = json.loads(listed.stdout)
+    assert len(rows) == 2 and len({row["uid"] for row in rows}) == 2
+    assert all(row["name"] == "sweep-sbatch" and row["state"] == "Succeeded" for row in rows)
+    logs = sorted(subprocess.run([sys.executable, "-m", "bridge", "logs", row["job"], "--cluster", "local"],
+                                 capture_output=True, text=True, timeout=120).stdout.strip().split()[-1]
+                  for row in rows)
+    assert logs == ["one", "two"]
