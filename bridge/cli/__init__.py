@@ -10,10 +10,24 @@ input; ``submit`` to the local cluster exits with the job's own code.
 import os
 import sys
 
+from bridge.cli.arguments import check_leftovers, split_at_separator
 from bridge.cli.parser import build_parser
 from bridge.errors import BridgeError
 
 __all__ = ["build_parser", "main"]
+
+
+def _run(argv: list[str]) -> int:
+    parser = build_parser()
+    if not argv:  # bare `hpcbridge`: what it takes, and exit 2 as for any other missing argument
+        sys.stderr.write(parser.format_usage() + "hpcbridge: error: name a command (`hpcbridge --help` lists them)\n")
+        return 2
+    ours, after_separator = split_at_separator(argv)
+    args, extra = parser.parse_known_args(ours)
+    check_leftovers(parser, args, extra)
+    args.sbatch_flags = extra + after_separator
+    code: int = args.func(args)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,13 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
         logging.basicConfig(level=logging.DEBUG, format="hpcbridge: debug: %(message)s", stream=sys.stderr)
     try:
-        parser = build_parser()
-        args, extra = parser.parse_known_args(argv)
-        if extra and not getattr(args, "sbatch_flags_allowed", False):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.sbatch_flags = extra
-        code: int = args.func(args)
-        return code
+        return _run(sys.argv[1:] if argv is None else argv)
     except BridgeError as exc:
         print(f"hpcbridge: error: {exc}", file=sys.stderr)
         return exc.exit_code

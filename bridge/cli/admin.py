@@ -16,13 +16,13 @@ def cmd_cache(args: argparse.Namespace) -> int:
     directory = args.dir or service.staging_dir(args.cluster)
     if args.action == "list":
         entries = service.cache_entries(directory)
-        if args.output != "text":
+        if args.output not in ("text", "wide"):
             print_document([entry for entry in entries], args.output)
             return 0
         print("KEY\tSIZE\tFILES\tLAST USED\tURI\tVERSION")
         for entry in entries:
             print(f"{entry['key']}\t{size_text(entry['bytes'])}\t{entry['files']}\t{entry['lastUsed']}\t"
-                  f"{entry['uri']}\t{entry['version'][:12]}")
+                  f"{entry['uri']}\t{entry['version'] if args.output == 'wide' else entry['version'][:12]}")
         return 0
     if not args.all and args.older_than is None:
         raise InvalidSpec("--older-than", None, "say how long unused (e.g. 7d, 12h) or --all")

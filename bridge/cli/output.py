@@ -51,7 +51,10 @@ def print_document(document: object, output: str) -> None:
         raise InvalidSpec("--output", output, "use text, yaml or json")
 
 
+#: how a command prints: text for people, yaml and json for programs
 OUTPUTS = ("text", "yaml", "json")
+#: a command that prints a table also has wide, the table with more columns
+TABLE_OUTPUTS = ("text", "wide", "yaml", "json")
 
 
 def show_change(status: JobStatus) -> None:
@@ -68,23 +71,30 @@ def move_line(move: dict[str, Any]) -> str:
             f"job {target['job']}{why}")
 
 
+def print_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> None:
+    """Columns padded to their widest cell, two spaces apart."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
 def print_statuses(statuses: Iterable[JobStatus], output: str) -> None:
     from bridge.service import status_documents
 
     rows = status_documents(statuses)
-    if output != "text":
+    if output not in ("text", "wide"):
         print_document(rows, output)
         return
-    header = ("JOB", "NAME", "STATE", "EXIT", "REASON", "NODES")
-    table = [header] + [(r["job"], r["name"] or "-", r["state"], "-" if r["exitCode"] is None else str(r["exitCode"]),
-                         r["reason"] or "-", r["nodes"] or "-") for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    wide = output == "wide"
+    header = ("JOB", "NAME", "STATE", "EXIT", "REASON", "NODES") + (("UID", "MESSAGE") if wide else ())
+    print_table(header, [(r["job"], r["name"] or "-", r["state"], "-" if r["exitCode"] is None else str(r["exitCode"]),
+                          r["reason"] or "-", r["nodes"] or "-")
+                         + ((r["uid"] or "-", r.get("message") or "-") if wide else ()) for r in rows])
     for row in rows:
         # why it waits (a queue, the scheduler), what it is fetching first, why its initializer failed
-        if row.get("message") and (row["state"] in ("Pending", "Suspended")
-                                   or row["reason"] in ("Initializing", "InitializerFailed")):
+        if not wide and row.get("message") and (row["state"] in ("Pending", "Suspended")
+                                                or row["reason"] in ("Initializing", "InitializerFailed")):
             print(f"{row['job']}: {row['state']}: {row['message']}")
         for move in row.get("history", ()):
             print(f"{row['job']}: {move_line(move)}")

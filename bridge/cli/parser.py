@@ -1,107 +1,120 @@
-"""The ``hpcbridge`` argument parser: every subcommand, its options and the function that runs it."""
+"""The ``hpcbridge`` argument parser: every subcommand, its options and the function that runs it.
+
+hpcbridge's own short options are ``-c`` (``--cluster``), ``-o`` (``--output``) and ``-f`` (``--follow``), the
+same on every subcommand; every other letter on ``submit`` and ``convert`` is sbatch's (bridge.cli.arguments).
+"""
 
 from __future__ import annotations
 
 import argparse
-import re
-import sys
 from collections.abc import Callable
-from typing import NoReturn, Protocol
+from typing import Protocol
 
 from bridge import __version__
 from bridge.adapters import REGISTRY
 from bridge.annotations import CHECKPOINT_ANNOTATION, CLUSTER_ANNOTATION, QUEUE_LABEL
 from bridge.cli.admin import cmd_cache, cmd_operator
+from bridge.cli.arguments import AFTER_SEPARATOR, Parser, cluster_name, duration, output_format
+from bridge.cli.completion import SHELLS, cmd_completion
 from bridge.cli.inputs import cmd_convert, cmd_render, cmd_validate
 from bridge.cli.jobs import cmd_cancel, cmd_clusters, cmd_list, cmd_logs, cmd_migrate, cmd_status
 from bridge.cli.nodes import cmd_initialize, cmd_launch, cmd_stage
-from bridge.cli.output import OUTPUTS
+from bridge.cli.output import OUTPUTS, TABLE_OUTPUTS
 from bridge.cli.submit import cmd_submit
-from bridge.errors import InvalidSpec
+
+#: where a job command looks for its job without --cluster
+JOB_CLUSTER_DEFAULT = "default: $HPCBRIDGE_CLUSTER, else local"
 
 
-def _duration(text: str) -> float:
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30m, 12h, 7d)")
-    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line and exit 2, like every other input error
-        raise InvalidSpec("", " ".join(sys.argv[1:])[:60], f"{self.prog}: {message}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hpcbridge", description="Run one Kubeflow TrainJob on Slurm, Flux, Kubernetes or this machine.")
+def build_parser() -> Parser:
+    parser = Parser(prog="hpcbridge", description="Run one Kubeflow TrainJob on Slurm, Flux, Kubernetes or this "
+                                                  "machine.", epilog=f"On submit and convert, {AFTER_SEPARATOR}.")
     parser.add_argument("--version", action="version", version=f"hpcbridge {__version__}")
-    sub = parser.add_subparsers(dest="command_name", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command_name", required=True, parser_class=Parser)
     # in the order `hpcbridge --help` lists them
     _add_input_commands(sub)
     _add_job_commands(sub)
     _add_node_commands(sub)
     _add_service_commands(sub)
+    p = sub.add_parser("completion", help="print a shell completion script: "
+                                          "source <(hpcbridge completion bash)")
+    p.add_argument("shell", choices=SHELLS)
+    p.set_defaults(func=cmd_completion, root_parser=parser)
+    parser.commands = sub.choices
     return parser
 
 
 class Subparsers(Protocol):  # what add_subparsers gives
-    def add_parser(self, name: str, *, help: str) -> _Parser: ...
+    choices: dict[str, Parser]
+
+    def add_parser(self, name: str, *, help: str) -> Parser: ...
 
 
-def _cluster_options(p: argparse.ArgumentParser, *flags: str) -> None:
-    p.add_argument("--cluster", *flags, help="target cluster, or auto: the one that starts it soonest (default: the "
-                                             f"TrainJob's {CLUSTER_ANNOTATION} annotation, its runtime's, else local)")
+def _cluster_options(p: argparse.ArgumentParser, *, sbatch: bool = False) -> None:
+    p.add_argument("--cluster", "-c", type=cluster_name if sbatch else str,
+                   help="target cluster, or auto: the one that starts it soonest (default: the TrainJob's "
+                        f"{CLUSTER_ANNOTATION} annotation, its runtime's, else local)")
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
 
 
-def _output_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
+def _output_option(p: argparse.ArgumentParser, choices: tuple[str, ...] = OUTPUTS, *, sbatch: bool = False,
+                   help_text: str = "how to print") -> None:
+    # choices as well as the type that checks them: shell completion offers them
+    p.add_argument("--output", "-o", type=output_format(choices, sbatch=sbatch), default="text", choices=choices,
+                   metavar="{" + ",".join(choices) + "}", help=help_text)
 
 
 def _add_input_commands(sub: Subparsers) -> None:
     """The commands that read a TrainJob or batch script: validate, render, submit, convert."""
     p = sub.add_parser("validate", help="check files the way submit would, without contacting a backend")
     p.add_argument("files", nargs="+", help="YAML files ('-' for stdin)")
-    _cluster_options(p, "-c")
+    _cluster_options(p)
     _output_option(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("render", help="print exactly what submit would send")
     p.add_argument("file", help="TrainJob YAML ('-' for stdin)")
     p.add_argument("--to", choices=tuple(REGISTRY), help="render for a backend type instead of a configured cluster")
-    _cluster_options(p, "-c")
+    _cluster_options(p)
     _output_option(p)
     p.set_defaults(func=cmd_render)
+    _add_submit(sub)
 
-    # submit and convert take sbatch's own flags (-N, -n, -c, -t, -p, -o, ...) after the file, so their own
-    # options have long names only: -c and -o mean what they mean to sbatch
-    p = sub.add_parser("submit", help="submit a TrainJob or batch script (the local cluster runs it in the "
-                                      "foreground); sbatch flags after the file override")
-    p.add_argument("file", help="TrainJob YAML or batch script ('-' for stdin)")
-    p.add_argument("--dry-run", action="store_true", help="print the artifact instead of sending it")
-    p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
-    p.add_argument("--rerun", action="store_true", help="run again a TrainJob whose job already finished "
-                                                        "(without it, submitting a finished TrainJob is an error)")
-    _cluster_options(p)
-    p.add_argument("--queue", help="Kubernetes: the Kueue LocalQueue the JobSet waits in (default: the TrainJob's "
-                                   f"{QUEUE_LABEL} label, else the cluster's spec.kubernetes.queue)")
-    p.add_argument("--format", choices=OUTPUTS, default="text", help="how --dry-run prints the artifact")
-    p.set_defaults(func=cmd_submit, sbatch_flags_allowed=True)
-
-    p = sub.add_parser("convert", help="convert a batch script or TrainJob; sbatch flags after the file override")
+    p = sub.add_parser("convert", help="convert a batch script or TrainJob; sbatch flags after the file override "
+                                       f"({AFTER_SEPARATOR})")
     p.add_argument("file", help="batch script or TrainJob YAML ('-' for stdin)")
     p.add_argument("--to", required=True, choices=("trainjob", "sbatch", "jobspec", "jobset"))
     p.add_argument("--runtimes", action="append", default=[], help="file or directory of runtimes")
     p.set_defaults(func=cmd_convert, sbatch_flags_allowed=True)
 
 
+def _add_submit(sub: Subparsers) -> None:
+    # submit takes sbatch's own flags (-N, -n, -t, -p, ...) after the file; the ones whose names are
+    # hpcbridge's too (-c, -o, --cluster, --wait) go after --
+    p = sub.add_parser("submit", help="submit a TrainJob or batch script (the local cluster runs it in the "
+                                      f"foreground); sbatch flags after the file override ({AFTER_SEPARATOR})")
+    p.add_argument("file", help="TrainJob YAML or batch script ('-' for stdin)")
+    p.add_argument("--dry-run", action="store_true", help="print the artifact instead of sending it")
+    p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
+    p.add_argument("--rerun", action="store_true", help="run again a TrainJob whose job already finished "
+                                                        "(without it, submitting a finished TrainJob is an error)")
+    _cluster_options(p, sbatch=True)
+    p.add_argument("--queue", help="Kubernetes: the Kueue LocalQueue the JobSet waits in (default: the TrainJob's "
+                                   f"{QUEUE_LABEL} label, else the cluster's spec.kubernetes.queue)")
+    _output_option(p, sbatch=True, help_text="how --dry-run prints the artifact")
+    # the name --output had before -o was hpcbridge's on every subcommand
+    p.add_argument("--format", dest="output", type=output_format(OUTPUTS), help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_submit, sbatch_flags_allowed=True)
+
+
 def _job_command(sub: Subparsers, name: str, help_text: str, func: Callable[[argparse.Namespace], int],
-                 many: bool = True) -> _Parser:
+                 many: bool = True, output: bool = True) -> Parser:
     p = sub.add_parser(name, help=help_text)
     if many:
         p.add_argument("jobs", nargs="+", help="backend job ids")
-    p.add_argument("--cluster", "-c", help="cluster name (default: $HPCBRIDGE_CLUSTER, or the only remote one)")
-    _output_option(p)
+    p.add_argument("--cluster", "-c", help=f"the jobs' cluster ({JOB_CLUSTER_DEFAULT})")
+    if output:
+        _output_option(p, TABLE_OUTPUTS)
     p.set_defaults(func=func)
     return p
 
@@ -110,10 +123,10 @@ def _add_job_commands(sub: Subparsers) -> None:
     """The commands about submitted jobs (status, list, cancel, logs, migrate) and the clusters."""
     _job_command(sub, "status", "states of jobs", cmd_status)
     _job_command(sub, "list", "jobs hpc-bridge submitted to a cluster", cmd_list, many=False)
-    p = _job_command(sub, "cancel", "cancel jobs", cmd_cancel)
+    p = _job_command(sub, "cancel", "cancel jobs", cmd_cancel, output=False)
     p.add_argument("--signal", help="send this signal first (e.g. TERM, USR1)")
     p.add_argument("--grace", type=float, help="seconds to wait after --signal before the hard cancel")
-    p = _job_command(sub, "logs", "print a job's output", cmd_logs, many=False)
+    p = _job_command(sub, "logs", "print a job's output", cmd_logs, many=False, output=False)
     p.add_argument("job", help="backend job id")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
 
@@ -121,7 +134,7 @@ def _add_job_commands(sub: Subparsers) -> None:
                                         f"checkpoint directory (annotation {CHECKPOINT_ANNOTATION})")
     p.add_argument("job", help="the job's id on its cluster")
     p.add_argument("--to", required=True, help="the cluster to run it on now")
-    p.add_argument("--cluster", "-c", help="the job's cluster (default: $HPCBRIDGE_CLUSTER, or the only remote one)")
+    p.add_argument("--cluster", "-c", help=f"the job's cluster ({JOB_CLUSTER_DEFAULT})")
     p.add_argument("--signal", default="TERM@30", help="SIGNAL@SECONDS, as sbatch --signal: sent first, then "
                                                        "the hard stop after SECONDS (default TERM@30)")
     p.add_argument("--reason", default="", help="why it moves (kept in its history)")
@@ -129,7 +142,7 @@ def _add_job_commands(sub: Subparsers) -> None:
 
     p = sub.add_parser("clusters", help="list the configured clusters (the built-in local one included)")
     p.add_argument("check", nargs="?", choices=["check"], help="also reach every cluster once")
-    _output_option(p)
+    _output_option(p, TABLE_OUTPUTS)
     p.set_defaults(func=cmd_clusters)
 
 
@@ -190,15 +203,15 @@ def _add_service_commands(sub: Subparsers) -> None:
     p.add_argument("action", choices=("list", "prune"))
     p.add_argument("--cluster", "-c", help="whose stagingDir (default: the local cluster's)")
     p.add_argument("--dir", help="a staging directory instead of a cluster's")
-    p.add_argument("--older-than", type=_duration, help="prune: entries unused this long (30m, 12h, 7d)")
+    p.add_argument("--older-than", type=duration, help="prune: entries unused this long (30m, 12h, 7d)")
     p.add_argument("--all", action="store_true", help="prune: every entry not in use right now")
     p.add_argument("--dry-run", action="store_true", help="prune: say what would go, remove nothing")
-    _output_option(p)
+    _output_option(p, TABLE_OUTPUTS)
     p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("operator", help="run the Kubernetes operator: TrainJobs with spec.managedBy "
                                          "hpcbridge.io/bridge run on the BridgeClusters they name")
-    p.add_argument("--namespace", "-n", action="append", default=[],
+    p.add_argument("--namespace", action="append", default=[],
                    help="watch only this namespace (repeatable; default: every namespace)")
     p.add_argument("--default-cluster", help="BridgeCluster for TrainJobs whose annotations and runtime name none")
     p.add_argument("--liveness", help="serve a liveness probe on /healthz: PORT (127.0.0.1) or a URL, "

@@ -25,7 +25,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                               sbatch_flags=args.sbatch_flags, queue=args.queue)
     report(prepared.notes)
     if args.dry_run:
-        print_artifact(prepared.artifact, args.format)
+        print_artifact(prepared.artifact, args.output)
         return 0
     plan = prepared.plan
     if prepared.elements:
@@ -73,6 +73,7 @@ def _run_here(prepared: Prepared) -> int:
         raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
                          f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
                          ref.job_id, "Running")
+    print(ref.job_id, flush=True)  # the first line of stdout, as every backend's submit prints it
     with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)), \
             StatusLine(f"{plan.namespace}/{plan.name}", "Running"):
         status = adapter.wait(ref)

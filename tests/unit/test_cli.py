@@ -142,7 +142,7 @@ def test_sbatch_flags_override_script_and_yaml(tmp_path: Path) -> None:
     config = tmp_path / "clusters.yaml"
     config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
                       "spec: {type: slurm}\n")
-    overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "hpc", "-N", "3", "--format", "json",
+    overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "hpc", "-N", "3", "-o", "json",
                            env={"HPCBRIDGE_CONFIG": str(config)})
     assert overridden.returncode == 0, overridden.stderr
     sent = json.loads(overridden.stdout)
@@ -188,3 +188,102 @@ def test_convert_to_sbatch_is_what_render_to_slurm_prints(tmp_path: Path) -> Non
     script = hpcbridge("convert", str(path), "--to", "sbatch").stdout
     assert without_uid(script) == without_uid(hpcbridge("render", str(path), "--to", "slurm").stdout)
     assert script.endswith(f"# --- job.sbatch ---\n{SCRIPT.replace(' -p gpu', '')}")
+
+
+# --- one meaning per flag, did-you-mean, unknown jobs, completion (issue 40) ----------------------------------
+
+
+def one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code and len(lines) == 1 and result.stdout == "", result.stderr
+    return lines[0]
+
+
+def test_short_flags_mean_the_same_on_submit_and_sbatchs_go_after_the_separator(tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text("#!/bin/bash\nsrun ./train\n")
+    config = tmp_path / "clusters.yaml"
+    config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
+                      "spec: {type: slurm}\n")
+    env = {"HPCBRIDGE_CONFIG": str(config)}
+    # -c is --cluster and -o is --output, as on every other subcommand: sbatch's meanings are refused with a hint
+    cpus = one_line_error(hpcbridge("submit", str(path), "--dry-run", "-c", "4", env=env), 2)
+    assert "'4' is not a cluster name" in cpus and "go after --" in cpus
+    output = one_line_error(hpcbridge("submit", str(path), "--dry-run", "-o", "out.log", env=env), 2)
+    assert "not an output format: 'out.log'" in output and "go after --" in output
+    sent = hpcbridge("submit", str(path), "--dry-run", "-c", "hpc", "-o", "json", "-N", "2", "--", "-c", "4",
+                     "-o", "out.log", "--wait", env=env)
+    assert sent.returncode == 0, sent.stderr
+    command = json.loads(sent.stdout)["command"]
+    assert command[:4] == ["sbatch", "--parsable", "-N", "2"] and " -c 4 -o out.log --wait " in f" {' '.join(command)} "
+    # --format stays as the old name of submit's -o
+    assert json.loads(hpcbridge("submit", str(path), "--dry-run", "-c", "hpc", "--format", "json", env=env).stdout)
+
+
+def test_a_mistyped_flag_or_command_is_named_with_the_nearest() -> None:
+    wait = one_line_error(hpcbridge("submit", str(EXAMPLE), "--wiat"), 2)
+    assert "unknown option --wiat (did you mean --wait?)" in wait and "sbatch" not in wait
+    assert "unknown option --folow (did you mean --follow?)" in one_line_error(hpcbridge("logs", "x", "--folow"), 2)
+    assert "unknown command 'stauts' (did you mean status?)" in one_line_error(hpcbridge("stauts", "1"), 2)
+    assert "(did you mean slurm?)" in one_line_error(hpcbridge("render", str(EXAMPLE), "--to", "slrum"), 2)
+
+
+def test_bare_hpcbridge_prints_its_usage() -> None:
+    result = hpcbridge()
+    assert result.returncode == 2 and result.stderr.startswith("usage: hpcbridge") and "submit" in result.stderr
+
+
+@pytest.mark.parametrize("command", [("status",), ("cancel",), ("logs",), ("status", "-o", "json")])
+def test_an_unknown_job_is_one_line_and_exit_1(command: tuple[str, ...]) -> None:
+    line = one_line_error(hpcbridge(command[0], "nosuchjob", *command[1:]), 1)
+    assert "nosuchjob" in line and "Traceback" not in line
+
+
+@pytest.mark.parametrize("command", ["logs", "cancel"])
+def test_commands_without_output_refuse_dash_o(command: str) -> None:
+    assert "unrecognized arguments: -o json" in one_line_error(hpcbridge(command, "x", "-o", "json"), 2)
+
+
+def test_list_and_status_default_to_the_local_cluster_like_submit(tmp_path: Path) -> None:
+    config = tmp_path / "clusters.yaml"
+    config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
+                      "spec: {type: slurm}\n")
+    listing = hpcbridge("list", "-o", "wide", env={"HPCBRIDGE_CONFIG": str(config)})
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout.split() == ["JOB", "NAME", "STATE", "EXIT", "REASON", "NODES", "UID", "MESSAGE"]
+
+
+def test_a_local_submit_prints_its_job_id_first(tmp_path: Path) -> None:
+    path = tmp_path / "hello.sbatch"
+    path.write_text("#!/bin/bash\necho hello\n")
+    result = hpcbridge("submit", str(path))
+    assert result.returncode == 0, result.stderr
+    job_id, output = result.stdout.splitlines()
+    assert output == "hello" and re.fullmatch(r"[0-9a-f-]{36}", job_id)
+    status = hpcbridge("status", job_id, "-o", "json")
+    assert json.loads(status.stdout)[0]["state"] == "Succeeded"
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_script_is_valid_shell(shell: str, tmp_path: Path) -> None:
+    script = hpcbridge("completion", shell)
+    assert script.returncode == 0, script.stderr
+    path = tmp_path / "completion"
+    path.write_text(script.stdout)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize(("words", "expected"), [
+    ("hpcbridge sta", ["status", "stage"]),
+    ("hpcbridge logs --fo", ["--follow"]),
+    ("hpcbridge status -o ''", ["text", "wide", "yaml", "json"]),
+    ("hpcbridge render x.yaml --to f", ["flux"]),
+    ("hpcbridge completion ''", ["bash", "zsh"]),
+])
+def test_completion_completes_subcommands_options_and_choices(words: str, expected: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "completion.bash"
+    path.write_text(hpcbridge("completion", "bash").stdout)
+    harness = (f"source {shlex.quote(str(path))}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); "
+               "_hpcbridge; printf '%s\\n' \"${COMPREPLY[@]}\"")
+    result = subprocess.run(["bash", "-c", harness], capture_output=True, text=True)
+    assert result.stdout.split() == expected, result.stderr

@@ -39,7 +39,7 @@ def test_submit_wait_returns_the_jobs_exit_code(config_file, tmp_path) -> None:
     job_id = result.stdout.strip()
     assert job_id.isdigit()
     assert f"{job_id} Failed" in result.stderr
-    logs = hpcbridge(config_file, "logs", job_id)
+    logs = hpcbridge(config_file, "logs", job_id, "-c", "testslurm")
     assert logs.stdout.startswith("out\n") and "Exited with exit code 3" in logs.stdout  # srun reports the task
 
 
@@ -47,16 +47,16 @@ def test_status_list_cancel(config_file, tmp_path) -> None:
     submitted = hpcbridge(config_file, "submit", str(write_job(tmp_path, "cli-sleeps", ["sleep", "300"])))
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
-    listing = hpcbridge(config_file, "list", "-o", "yaml")
+    listing = hpcbridge(config_file, "list", "-c", "testslurm", "-o", "yaml")
     assert job_id in [row["job"] for row in yaml.safe_load(listing.stdout)]
-    assert hpcbridge(config_file, "cancel", job_id).returncode == 0
+    assert hpcbridge(config_file, "cancel", job_id, "-c", "testslurm").returncode == 0
     for _ in range(100):
-        rows = yaml.safe_load(hpcbridge(config_file, "status", job_id, "-o", "json").stdout)
+        rows = yaml.safe_load(hpcbridge(config_file, "status", job_id, "-c", "testslurm", "-o", "json").stdout)
         if rows[0]["state"] == "Cancelled":
             break
         time.sleep(0.2)
     assert rows[0]["state"] == "Cancelled"
-    text = hpcbridge(config_file, "status", job_id).stdout.splitlines()
+    text = hpcbridge(config_file, "status", job_id, "-c", "testslurm").stdout.splitlines()
     assert text[0].split() == ["JOB", "NAME", "STATE", "EXIT", "REASON", "NODES"]
 
 
