@@ -232,6 +232,11 @@ class Adapter(ABC):
                                   f"cluster {self.cluster.name!r} ({self.backend}) has no {name} option "
                                   f"(it understands: {known}); remove it or pick another cluster")
 
+    def admit(self, plan: LaunchPlan) -> None:  # noqa: B027 - only a backend that can tell before sending overrides it
+        """Refuse (InvalidSpec) a plan this cluster could never start, where that can be told before anything
+        is sent (the local cluster: this machine's GPUs, the working directory). The service calls it while
+        preparing, so ``--dry-run`` refuses what ``submit`` would; a scheduler decides the rest when it is sent."""
+
     # --- talking to the backend --------------------------------------------------------------------
 
     @abstractmethod

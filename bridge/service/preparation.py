@@ -162,7 +162,7 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
         notes = (*notes, f"dependency {waits_for}: submit waits for it, then sends the job")
     if plan.options.array and "array" not in declared:
         return replace(_array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran)), waits_for=waits_for)
-    adapter.check_options(plan)
+    _refuse_early(adapter, plan)
     return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran), waits_for=waits_for)
 
 
@@ -177,6 +177,13 @@ def _uid_per_submit(trainjob: TrainJob, adapter: Adapter) -> TrainJob:
     return trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
 
 
+def _refuse_early(adapter: Adapter, plan: LaunchPlan) -> None:
+    """Every refusal that can come before anything is sent, here where ``--dry-run`` and submit both pass:
+    submit adds only the sending, so a dry run's verdict is submit's."""
+    adapter.check_options(plan)
+    adapter.admit(plan)
+
+
 def _array_for(adapter: Adapter, plan: LaunchPlan, notes: tuple[str, ...], objects: tuple[Resource, ...]) -> Prepared:
     """A job array where the backend has none: one job per element, all rendered now (so ``render`` and
     ``--dry-run`` show every one), sent by ``submit_array`` with at most ``%`` of them unfinished at once."""
@@ -186,7 +193,7 @@ def _array_for(adapter: Adapter, plan: LaunchPlan, notes: tuple[str, ...], objec
     indices, limit, _ = expand_array(plan.options.array or "")
     elements = []
     for element in array_elements(plan):
-        adapter.check_options(element)
+        _refuse_early(adapter, element)
         elements.append(Prepared(adapter, element, adapter.render(element), (), objects))
     first = elements[0].artifact
     combined = Artifact(first.backend, first.kind, plan, tuple(f for e in elements for f in e.artifact.files))

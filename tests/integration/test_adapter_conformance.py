@@ -167,7 +167,8 @@ def test_logs_follow_streams_while_the_job_runs_and_ends_with_it(engine: Engine)
 
 def test_capacity_counts_the_nodes_that_fit_a_plan(engine: Engine) -> None:
     """--cluster auto asks every backend the same: how many nodes could take one node of this plan, now and
-    at all (one batched query). A node asking for 10000 CPUs fits nowhere."""
+    at all (one batched query). A node asking for 10000 CPUs fits nowhere, but on the local cluster, whose
+    emulated nodes share this machine's CPUs: it starts them, as its submit does."""
     from fractions import Fraction
 
     from bridge.adapters.base import Capacity
@@ -178,4 +179,7 @@ def test_capacity_counts_the_nodes_that_fit_a_plan(engine: Engine) -> None:
     assert 1 <= capacity.free <= capacity.fitting, capacity  # the test engines are idle enough for one CPU
     huge = replace(prepared.plan, resources=replace(prepared.plan.resources, cpu=Fraction(10000),
                                                     given_requests=(("cpu", "10000"),)))
-    assert prepared.adapter.capacity(huge).fitting == 0
+    if engine.cluster.spec.type == "local":
+        assert prepared.adapter.capacity(huge).fitting >= huge.nodes
+    else:
+        assert prepared.adapter.capacity(huge).fitting == 0

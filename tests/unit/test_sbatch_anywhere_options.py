@@ -21,9 +21,15 @@ from tests.builders import cluster, trainjob_doc
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted([*(ROOT / "tests/integration/slurm/sbatch_corpus").glob("*.sbatch"),
                   *(ROOT / "examples").glob("*.sbatch")])
-#: one cluster of each type that runs a script by its meaning (the local one is built in)
+#: one cluster of each type that runs a script by its meaning
 CLUSTERS = {"local": "local", "flux": "flux", "kubernetes": "k8s"}
+#: the local cluster lends GPUs of its own list, so what a script asks of GPUs is mapped whatever this machine has
 CONFIG = """\
+apiVersion: hpcbridge.io/v1alpha1
+kind: BridgeCluster
+metadata: {name: local}
+spec: {type: local, gpus: ["0", "1", "2", "3", "4", "5", "6", "7"]}
+---
 apiVersion: hpcbridge.io/v1alpha1
 kind: BridgeCluster
 metadata: {name: flux}

@@ -35,8 +35,9 @@ from bridge.adapters.local.layout import LocalArtifact, layout_text, process_lay
 from bridge.adapters.local.machine import gpu_slices, machine_gpus
 from bridge.adapters.local.records import alive, job_dir, killpg, read_json, recorded_status, state_dir
 from bridge.adapters.local.supervisor import GRACE_SECONDS, Supervisor
+from bridge.annotations import WORKDIR_ANNOTATION
 from bridge.api.cluster import BridgeCluster
-from bridge.errors import BackendRejected
+from bridge.errors import BackendRejected, InvalidSpec
 from bridge.plan import LaunchPlan
 
 
@@ -56,6 +57,7 @@ class LocalAdapter(Adapter):
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(cluster)
         self._supervisor = Supervisor(output or _to_stdout, clock)
+        self._machine_gpus: tuple[list[str], str] | None = None
 
     def render(self, plan: LaunchPlan) -> LocalArtifact:
         layout = process_layout(plan)
@@ -68,14 +70,31 @@ class LocalAdapter(Adapter):
         if not isinstance(artifact, LocalArtifact):
             raise BackendRejected("local", f"not a local process layout: {artifact.kind}")
         layout = artifact.layout
-        if not os.path.isdir(layout.workdir):
-            raise BackendRejected("local", f"workdir {layout.workdir!r} does not exist")
-        gpus, source = machine_gpus(self.cluster.spec.gpus, os.environ)
-        # refused here: nothing of an earlier run is touched yet
-        slices = gpu_slices(layout.nodes, layout.gpus_per_node, gpus, source)
+        # the checks admit ran while preparing, again for a caller that did not prepare (the conformance
+        # suite): refused here, nothing of an earlier run is touched yet
+        slices = self._machine_share(layout.workdir, layout.nodes, layout.gpus_per_node)
         ref = JobRef(self.cluster.name, "local", layout.uid, layout.uid, layout.name)
-        self._supervisor.start(ref, layout, slices, bool(gpus))
+        self._supervisor.start(ref, layout, slices, bool(self._gpus()[0]))
         return ref
+
+    def admit(self, plan: LaunchPlan) -> None:
+        """What this machine refuses before anything starts: a working directory it does not have, more GPUs
+        than it lends (CPUs are shared: the emulated nodes take turns on them, as many as the plan asks)."""
+        self._machine_share(plan.workdir or ".", plan.nodes, plan.resources.gpus or 0)
+
+    def _machine_share(self, workdir: str, nodes: int, gpus_per_node: int) -> list[str] | None:
+        """Each node's GPUs (``gpu_slices``) where this machine can start the job at all, else InvalidSpec."""
+        if not os.path.isdir(workdir):
+            raise InvalidSpec(f"metadata.annotations[{WORKDIR_ANNOTATION}]", workdir,
+                              "no such directory on this machine, where the local cluster runs the job")
+        gpus, source = self._gpus()
+        return gpu_slices(nodes, gpus_per_node, gpus, source)
+
+    def _gpus(self) -> tuple[list[str], str]:
+        """This machine's GPUs, looked for once per adapter: preparing and submitting see the same ones."""
+        if self._machine_gpus is None:
+            self._machine_gpus = machine_gpus(self.cluster.spec.gpus, os.environ)
+        return self._machine_gpus
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -174,12 +193,18 @@ class LocalAdapter(Adapter):
             time.sleep(poll_interval)
 
     def capacity(self, plan: LaunchPlan) -> Capacity:
-        """This machine's CPUs in node-sized shares: its emulated nodes share them (GPUs are not counted here
-        yet, so a plan that asks for GPUs fits none)."""
+        """What submit would start: every emulated node the plan asks for, sharing this machine's CPUs, when
+        its GPUs go round (a node-sized share of them each); else, as ``limit``, why they never do."""
         need = NodeNeed.of(plan)
+        gpus, source = self._gpus()
         cpus = os.cpu_count() or 1
-        shares = 0 if need.gpus else cpus // need.cpus
-        return Capacity(shares, shares, f"this machine: {cpus} CPUs, {shares} node-sized shares for {need.text()}")
+        detail = f"this machine: {cpus} CPUs, {len(gpus)} GPUs, shared by emulated nodes of {need.text()}"
+        try:
+            gpu_slices(plan.nodes, need.gpus, gpus, source)
+        except InvalidSpec as exc:
+            return Capacity(0, 0, detail, limit=exc.problem)
+        nodes = len(gpus) // need.gpus if need.gpus else max(plan.nodes, cpus // need.cpus)
+        return Capacity(nodes, nodes, detail)
 
     def check(self) -> str:
         return f"this machine ({socket.gethostname()}, {os.cpu_count()} CPUs)"
