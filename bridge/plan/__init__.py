@@ -6,11 +6,11 @@ Adapters only translate a finished plan. One module per concept; ``resolve`` com
 """
 
 from bridge.plan.arrays import MAX_EXPANDED_ARRAY, array_elements, expand_array
+from bridge.plan.extensions import KubernetesPlan, SlurmPlan
 from bridge.plan.fidelity import gang_note
 from bridge.plan.frameworks import (
     RESERVED_ENV,
     TORCHTUNE_ENTRYPOINT,
-    torch_nproc,
     torchtune_arguments,
 )
 from bridge.plan.limits import MAX_PROCS_PER_NODE, check_identity
@@ -71,9 +71,9 @@ __all__ = [
     "RESERVED_ENV", "SBATCH_DROPPED_OFF_SLURM", "SLURM_GPU_OPTIONS", "SLURM_LAYOUT_NONE",
     "SLURM_LAYOUT_OPTIONS", "STAGED_DIR_ENV", "STAGE_COMMENT", "STAGE_INPUT_END", "STAGE_INPUT_ENV",
     "TORCHTUNE_ENTRYPOINT", "TORCH_MASTER_PORT", "TRAINER_CONTAINER", "BackendOptions", "BatchScript", "EnvEntry",
-    "LaunchPlan", "Launcher", "NodeResources", "PodGroupPlan", "StagingPlan", "array_elements", "backend_options",
+    "KubernetesPlan", "LaunchPlan", "Launcher", "NodeResources", "PodGroupPlan", "SlurmPlan", "StagingPlan", "array_elements", "backend_options",
     "check_identity", "check_shell_env", "derive_uid", "dropped_note", "expand_array", "find_runtime", "gang_note",
     "job_environment", "parse_slurm_layout", "requested_cluster", "resolve", "script_env", "select_cluster",
     "slurm_layout_counts", "slurm_layout_text", "stage_argv", "stage_command", "stage_input",
-    "stage_input_environment", "strategic_merge", "torch_nproc", "torchtune_arguments",
+    "stage_input_environment", "strategic_merge", "torchtune_arguments",
 ]

@@ -10,7 +10,7 @@ from bridge.api.runtime import ClusterTrainingRuntime, MLPolicy, TrainingRuntime
 from bridge.api.trainjob import TrainJob
 from bridge.envnames import XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
-from bridge.plan.model import EnvEntry, Launcher, LaunchPlan, NodeResources
+from bridge.plan.model import EnvEntry, Launcher, NodeResources
 
 #: env names Kubeflow's webhook reserves for each ML policy: the policy sets them, a TrainJob may not
 RESERVED_ENV = {
@@ -119,12 +119,6 @@ def check_xgboost_tracker(framework: str, env: Iterable[EnvEntry]) -> None:
 TORCHTUNE_ENTRYPOINT = ("tune", "run")
 #: runtime command items a torchtune TrainJob keeps (where the runtime put the model, tokenizer and output)
 _TORCHTUNE_KEPT = {"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir", "tokenizer.merges_file"}
-
-
-def torch_nproc(plan: LaunchPlan) -> str:
-    """PET_NPROC_PER_NODE as Kubeflow sets it: the TrainJob's numProcPerNode, else "auto" (one per GPU) when
-    GPUs are asked for, else the CPU count."""
-    return "auto" if plan.resources.gpus and not plan.procs_per_node_given else str(plan.procs_per_node)
 
 
 def torchtune_arguments(args: Iterable[str], runtime_command: Iterable[str], runtime_name: str, nodes: int,

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from bridge.api.storage import StageSource
+from bridge.plan.extensions import KubernetesPlan, SlurmPlan
 
 TRAINER_CONTAINER = "node"
 TORCH_MASTER_PORT = 29500
@@ -89,11 +90,9 @@ class BackendOptions:
     error: str | None = None
     #: extra sbatch options carried verbatim (``hpcbridge.io/sbatch.<option>``), sorted by option
     sbatch_extra: tuple[tuple[str, str], ...] = ()
-    #: spellings a converted batch script keeps on Slurm; other backends have the meaning in fields already:
-    #: the job name as sbatch had it (``hpcbridge.io/slurm-job-name``), and the GPU option
-    #: (``hpcbridge.io/slurm-gpus``, e.g. ``gres=gpu:a100:2``)
+    #: the job name as a converted batch script had it (``hpcbridge.io/slurm-job-name``): Slurm's job name, and
+    #: SLURM_JOB_NAME where a batch script runs elsewhere; other backends name the job after the TrainJob
     slurm_job_name: str | None = None
-    slurm_gpus: str | None = None
     #: off Slurm, the ``hpcbridge.io/sbatch.<option>`` values left out, each said in a plan note:
     #: (option, value, why it changes nothing here) — see ``SBATCH_DROPPED_OFF_SLURM``
     dropped: tuple[tuple[str, str, str], ...] = ()
@@ -175,8 +174,6 @@ KUBEFLOW_WORKSPACE = "/workspace"
 STAGED_DIR_ENV = {"dataset": "HPCBRIDGE_DATASET_DIR", "model": "HPCBRIDGE_MODEL_DIR"}
 
 
-
-
 @dataclass(frozen=True)
 class LaunchPlan:
     """Everything an adapter needs, decided. Rendering a plan is pure: same plan, same bytes."""
@@ -200,51 +197,36 @@ class LaunchPlan:
     suspend: bool = False
     options: BackendOptions = field(default_factory=BackendOptions)
     launch_command: tuple[str, ...] = ("hpcbridge", "launch")
-    ssh_auth_mount_path: str | None = None
-    run_launcher_as_node: bool = False
     rdzv_port: int = TORCH_MASTER_PORT
-    #: the runtime's JobSet template with runtime patches and trainer overrides merged (kubernetes backend)
-    jobset_template: Mapping[str, Any] = field(default_factory=dict)
     runtime_name: str = ""
-    runtime_kind: str = "ClusterTrainingRuntime"
-    labels: Mapping[str, str] = field(default_factory=dict)
-    #: the JobSet's labels and annotations from the runtime template and runtime patches (kubernetes backend)
-    jobset_metadata: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: the batch script this plan was converted from, when the input was one
     batch_script: BatchScript | None = None
     #: what the plan cannot honour on its cluster (Kubernetes-only fields), one line each for the user
     notes: tuple[str, ...] = ()
-    #: ``command`` as the trainer container's command and args, kept apart as Kubeflow keeps them (kubernetes)
-    container_command: tuple[str, ...] = ()
-    container_args: tuple[str, ...] = ()
-    #: whether the TrainJob has a ``trainer`` section: Kubeflow's framework plugins inject their environment
-    #: (PET_*, JAX_*, DMLC_*) only then
-    trainer_given: bool = True
-    #: whether numProcPerNode was given (Kubeflow's torch plugin says "auto" otherwise, when there are GPUs)
-    procs_per_node_given: bool = False
-    #: whether the TrainJob gave the command itself (Kubeflow's torchtune rewriting keys on it)
-    trainer_command_given: bool = False
-    #: the torch policy's ``envInjection`` targets: (replicated job, container names) that get PET_* too
-    env_injection: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    #: the cluster's own copies of images (kubernetes): (image named, image run), and the pull policy to write
-    image_map: tuple[tuple[str, str], ...] = ()
-    image_pull_policy: str | None = None
     #: the runtime's podGroupPolicy: on Kubernetes a PodGroup of the cluster's gang scheduler; on Slurm and Flux
     #: the allocation itself (every node starts together), which the artifact says
     pod_group: PodGroupPlan | None = None
-    #: the Kueue LocalQueue the JobSet is queued in (kubernetes): submit --queue, else the TrainJob's
-    #: kueue.x-k8s.io/queue-name label, else the cluster's spec.kubernetes.queue
-    queue: str | None = None
     #: the TrainJob's initializers: what is staged before the trainer starts
     staging: StagingPlan | None = None
     #: the tenant this plan runs for (a BridgeCluster ``spec.tenants`` entry's name) when it came from a
     #: Kubernetes namespace through the operator; None for the CLI, which runs as the Unix user who types it
     tenant: str | None = None
-    #: on Slurm, a converted batch script's own node and task options (``hpcbridge.io/slurm-layout``): which of
-    #: ``nodes`` and ``ntasks-per-node`` the job asks for (``nodes`` from ``nodes``, ``ntasks-per-node`` from
-    #: ``procs_per_node``; ``--ntasks`` and a node range are passed through), so a node count the script left to
-    #: Slurm stays Slurm's. None: hpc-bridge's own layout, ``--nodes`` and ``--ntasks-per-node`` both stated
-    slurm_layout: tuple[str, ...] | None = None
+    #: what only the Kubernetes backend reads: set for a Kubernetes cluster's plan, None for any other
+    kubernetes: KubernetesPlan | None = None
+    #: what only the Slurm backend reads: set for a Slurm cluster's plan, None for any other
+    slurm: SlurmPlan | None = None
+
+    def on_kubernetes(self) -> KubernetesPlan:
+        """The Kubernetes part, which only a plan resolved for a Kubernetes cluster has."""
+        if self.kubernetes is None:
+            raise ValueError(f"plan {self.name!r} was made for a {self.backend} cluster, not a Kubernetes one")
+        return self.kubernetes
+
+    def on_slurm(self) -> SlurmPlan:
+        """The Slurm part, which only a plan resolved for a Slurm cluster has."""
+        if self.slurm is None:
+            raise ValueError(f"plan {self.name!r} was made for a {self.backend} cluster, not a Slurm one")
+        return self.slurm
 
     @property
     def total_procs(self) -> int:

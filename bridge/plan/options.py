@@ -227,7 +227,6 @@ def backend_options(annotations: Mapping[str, str], cluster: BridgeCluster, name
         error=values.get("error"),
         sbatch_extra=tuple(extra),
         slurm_job_name=values.get("slurm_job_name"),
-        slurm_gpus=values.get("slurm_gpus"),
     )
 
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bridge.annotations import SBATCH_PASSTHROUGH_PREFIX, SLURM_LAYOUT_ANNOTATION, WORKDIR_ANNOTATION
+from bridge.annotations import (
+    SBATCH_PASSTHROUGH_PREFIX,
+    SLURM_GPUS_ANNOTATION,
+    SLURM_LAYOUT_ANNOTATION,
+    WORKDIR_ANNOTATION,
+)
 from bridge.api.cluster import BridgeCluster, Tenant
 from bridge.api.k8s import Container, JobSetSpec, ReplicatedJob
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import MANAGED_BY_BRIDGE, TrainJob
 from bridge.errors import InvalidSpec
+from bridge.plan.extensions import KubernetesPlan, SlurmPlan
 from bridge.plan.fidelity import jobset_metadata, pod_group_plan, queue_name, unhonoured_notes
 from bridge.plan.frameworks import (
     TORCHTUNE_ENTRYPOINT,
@@ -70,12 +76,11 @@ class _Decisions:
     nodes: int
     procs: int
     options: BackendOptions
-    slurm_layout: tuple[str, ...] | None
+    slurm: SlurmPlan | None
     workdir: str | None
     argv: tuple[str, ...]
     notes: tuple[str, ...]
     pod_group: PodGroupPlan | None
-    queue: str | None
     staging: StagingPlan | None
     uid: str
 
@@ -101,12 +106,14 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
     options = drop_slurm_only(options, cluster, nodes, procs)
     slurm_layout = checked_slurm_layout(annotations.get(SLURM_LAYOUT_ANNOTATION), options, cluster, launcher, nodes,
                                         procs, nodes_field)
+    # the GPU option is checked for every backend (backend_options); only Slurm writes it as it was spelled
+    slurm = SlurmPlan(slurm_layout, annotations.get(SLURM_GPUS_ANNOTATION)) \
+        if traits_of(cluster).takes_sbatch_options else None
     workdir = _workdir(annotations, trainer.container, runtime, cluster)
     check_free_text(trainer.command + trainer.args, trainer.env)
     pod_group = pod_group_plan(runtime, cluster)
     notes = () if traits_of(cluster).runs_pods else \
         unhonoured_notes(trainjob, runtime, trainer.template, trainer.job, trainer.container, trainer.image, cluster)
-    queue = queue_name(trainjob, cluster)
     staging = staging_plan(trainjob, runtime, trainer.template, cluster, tenant.name if tenant is not None else None)
     uid = derive_uid(trainjob)
     argv, moved = _run_argv(trainjob, runtime, cluster, trainer, nodes, procs, staging, uid)
@@ -115,8 +122,8 @@ def resolve(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntim
                                 cluster.name, cluster.spec.type) for option, value, why in options.dropped)
     check_xgboost_tracker(framework, trainer.env)
     decided = _Decisions(framework=framework, launcher=launcher, nodes=nodes, procs=procs, options=options,
-                         slurm_layout=slurm_layout, workdir=workdir, argv=argv, notes=notes, pod_group=pod_group,
-                         queue=queue, staging=staging, uid=uid)
+                         slurm=slurm, workdir=workdir, argv=argv, notes=notes, pod_group=pod_group,
+                         staging=staging, uid=uid)
     plan = _launch_plan(trainjob, runtime, cluster, tenant, trainer, decided)
     check_identity(plan)
     return plan
@@ -198,10 +205,8 @@ def _run_argv(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRunt
 def _launch_plan(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster,
                  tenant: Tenant | None, trainer: _Trainer, decided: _Decisions) -> LaunchPlan:
     """The plan, from what resolve decided."""
-    spec_trainer = trainjob.spec.trainer
-    policy = runtime.spec.ml_policy
-    mpi = policy.mpi if policy else None
-    kubernetes = cluster.spec.kubernetes
+    # the JobSet metadata is checked whatever the backend, though only Kubernetes writes it
+    metadata = jobset_metadata(trainjob, runtime)
     return LaunchPlan(
         name=trainjob.name,
         namespace=trainjob.namespace,
@@ -214,12 +219,6 @@ def _launch_plan(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingR
         procs_per_node=decided.procs,
         resources=trainer.resources,
         command=decided.argv,
-        container_command=trainer.command,
-        container_args=trainer.args,
-        trainer_given=spec_trainer is not None,
-        procs_per_node_given=spec_trainer is not None and spec_trainer.num_proc_per_node is not None,
-        trainer_command_given=spec_trainer is not None and spec_trainer.command is not None,
-        env_injection=env_injection(policy),
         env=trainer.env,
         image=trainer.image,
         container_runtime=cluster.spec.defaults.container_runtime,
@@ -228,19 +227,37 @@ def _launch_plan(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingR
         suspend=bool(trainjob.spec.suspend),
         options=decided.options,
         launch_command=tuple(cluster.spec.defaults.launch_command or ("hpcbridge", "launch")),
-        ssh_auth_mount_path=(mpi.ssh_auth_mount_path or "/root/.ssh") if mpi else None,
-        run_launcher_as_node=bool(mpi and mpi.run_launcher_as_node),
-        jobset_template=trainer.template.model_dump(by_alias=True, exclude_none=True, mode="json"),
         runtime_name=runtime.name,
-        runtime_kind=runtime.kind,
-        labels=dict(trainjob.metadata.labels or {}),
-        jobset_metadata=jobset_metadata(trainjob, runtime),
         notes=decided.notes,
-        image_map=tuple(sorted(kubernetes.images.items())) if kubernetes else (),
-        image_pull_policy=kubernetes.image_pull_policy if kubernetes else None,
         pod_group=decided.pod_group,
-        queue=decided.queue,
         staging=decided.staging,
         tenant=tenant.name if tenant is not None else None,
-        slurm_layout=decided.slurm_layout,
+        kubernetes=_kubernetes_plan(trainjob, runtime, cluster, trainer, metadata),
+        slurm=decided.slurm,
+    )
+
+
+def _kubernetes_plan(trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime, cluster: BridgeCluster,
+                     trainer: _Trainer, metadata: Mapping[str, Mapping[str, str]]) -> KubernetesPlan | None:
+    """What only the Kubernetes backend reads, for a cluster that runs pods; None for any other."""
+    if not traits_of(cluster).runs_pods:
+        return None
+    spec_trainer = trainjob.spec.trainer
+    policy = runtime.spec.ml_policy
+    mpi = policy.mpi if policy else None
+    kubernetes = cluster.spec.kubernetes
+    return KubernetesPlan(
+        jobset_template=trainer.template.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        jobset_metadata=metadata,
+        container_command=trainer.command,
+        container_args=trainer.args,
+        trainer_given=spec_trainer is not None,
+        procs_per_node_given=spec_trainer is not None and spec_trainer.num_proc_per_node is not None,
+        trainer_command_given=spec_trainer is not None and spec_trainer.command is not None,
+        env_injection=env_injection(policy),
+        image_map=tuple(sorted(kubernetes.images.items())) if kubernetes else (),
+        image_pull_policy=kubernetes.image_pull_policy if kubernetes else None,
+        ssh_auth_mount_path=(mpi.ssh_auth_mount_path or "/root/.ssh") if mpi else None,
+        run_launcher_as_node=bool(mpi and mpi.run_launcher_as_node),
+        queue=queue_name(trainjob, cluster),
     )

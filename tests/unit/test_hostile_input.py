@@ -128,9 +128,8 @@ def test_cluster_config_values_that_reach_a_script_are_checked(tmp_path, monkeyp
                                           ("cluster", "c\x00id"), ("uid", "u\n#SBATCH --uid=0"), ("name", "j\nid")])
 def test_renderers_check_identity_again(field: str, value: str) -> None:
     """Second line of defence: a plan built around the load-time checks is still refused by every renderer."""
-    plan = dataclasses.replace(plan_for(trainjob_doc()), **{field: value})
-    for render_fn in (render_script, batch_script, render_objects):
-        refused(render_fn, plan)
+    for kind, render_fn in (("slurm", render_script), ("flux", batch_script), ("kubernetes", render_objects)):
+        refused(render_fn, dataclasses.replace(plan_for(trainjob_doc(), kind), **{field: value}))
 
 
 def test_comment_text_cannot_end_its_line() -> None:
@@ -267,7 +266,8 @@ def test_uuid_uids_and_kubernetes_style_labels_still_load() -> None:
 def test_jobset_labels_are_checked_before_anything_is_sent() -> None:
     """A label that got past loading (set in code, not validated) is still refused by the renderer."""
     plan = plan_for(trainjob_doc(), "kubernetes")
-    refused(render_objects, dataclasses.replace(plan, jobset_metadata={"labels": {"team": "a;b"}}),
+    kubernetes = dataclasses.replace(plan.on_kubernetes(), jobset_metadata={"labels": {"team": "a;b"}})
+    refused(render_objects, dataclasses.replace(plan, kubernetes=kubernetes),
             field="metadata.labels[team]")
 
 

@@ -147,8 +147,8 @@ def test_runtime_patch_is_strategic_merged() -> None:
         "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
             "nodeSelector": {"zone": "a"}, "containers": [{"name": "node", "env": [{"name": "A", "value": "patched"}]}],
         }}}}}]}}}}])
-    plan = resolve(job, RT, cluster())
-    pod = plan.jobset_template["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    plan = resolve(job, RT, cluster("kubernetes"))
+    pod = plan.on_kubernetes().jobset_template["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"zone": "a"}
     assert [(e.name, e.value) for e in plan.env] == [("A", "patched"), ("B", "runtime")]
     assert pod["containers"][0]["image"] == "runtime-image"

@@ -154,7 +154,7 @@ def test_the_layout_is_a_batch_scripts_only() -> None:
 def test_off_slurm_the_fields_say_what_runs() -> None:
     job, _ = convert("--ntasks-per-node=2")
     local = plan(job, builtin_local_cluster())
-    assert (local.nodes, local.procs_per_node, local.slurm_layout) == (1, 2, None)
+    assert (local.nodes, local.procs_per_node, local.slurm) == (1, 2, None)
 
 
 @pytest.mark.parametrize(("directives", "flags"), [

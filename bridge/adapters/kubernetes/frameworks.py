@@ -8,9 +8,16 @@ from typing import Any
 
 from bridge.adapters.kubernetes.pods import pod_spec, set_env
 from bridge.errors import InvalidSpec
-from bridge.plan import TORCHTUNE_ENTRYPOINT, LaunchPlan, torch_nproc, torchtune_arguments
+from bridge.plan import TORCHTUNE_ENTRYPOINT, LaunchPlan, torchtune_arguments
 
 COMPLETION_INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+
+
+def torch_nproc(plan: LaunchPlan) -> str:
+    """PET_NPROC_PER_NODE as Kubeflow sets it: the TrainJob's numProcPerNode, else "auto" (one per GPU) when
+    GPUs are asked for, else the CPU count."""
+    given = plan.on_kubernetes().procs_per_node_given
+    return "auto" if plan.resources.gpus and not given else str(plan.procs_per_node)
 
 
 def pet_env(plan: LaunchPlan, master: bool, master_host: str) -> list[dict[str, Any]]:
@@ -26,10 +33,11 @@ def pet_env(plan: LaunchPlan, master: bool, master_host: str) -> list[dict[str, 
 def torch_env(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str], master_host: str) -> None:
     """Kubeflow's torch plugin: PET_* for torchrun (and the master address, except for torchtune, which gets a
     rendezvous argument instead) and the rendezvous port."""
-    torchtune = plan.trainer_command_given and tuple(plan.container_command) == TORCHTUNE_ENTRYPOINT
+    kubernetes = plan.on_kubernetes()
+    torchtune = kubernetes.trainer_command_given and tuple(kubernetes.container_command) == TORCHTUNE_ENTRYPOINT
     if torchtune:
-        container["command"] = [*plan.container_command,
-                                *torchtune_arguments(plan.container_args, runtime_command, plan.runtime_name,
+        container["command"] = [*kubernetes.container_command,
+                                *torchtune_arguments(kubernetes.container_args, runtime_command, plan.runtime_name,
                                                      plan.nodes, torch_nproc(plan), plan.resources.gpus,
                                                      f"{master_host}:{plan.rdzv_port}")]
     set_env(container, pet_env(plan, master=not torchtune, master_host=master_host))
@@ -39,7 +47,7 @@ def torch_env(plan: LaunchPlan, container: dict[str, Any], runtime_command: list
 def inject_torch_env(plan: LaunchPlan, jobs: list[dict[str, Any]], master_host: str) -> None:
     """The torch policy's ``envInjection``: PET_* and the master address in the named containers (init
     containers and sidecars that check or coordinate), whatever the trainer's own command is."""
-    for job_name, names in plan.env_injection:
+    for job_name, names in plan.on_kubernetes().env_injection:
         job = next((j for j in jobs if j.get("name") == job_name), None)
         pod = pod_spec(job) if job is not None else {}
         for name in names:

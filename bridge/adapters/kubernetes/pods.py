@@ -108,14 +108,15 @@ def _mount_source_claim(pod: dict[str, Any], container: dict[str, Any], source: 
 def cluster_images(plan: LaunchPlan, jobs: list[dict[str, Any]]) -> None:
     """The cluster's copies of the images named (``spec.kubernetes.images``) and its pull policy, on every
     container and init container of every replicated job."""
-    images = dict(plan.image_map)
+    kubernetes = plan.on_kubernetes()
+    images = dict(kubernetes.image_map)
     for job in jobs:
         pod = pod_spec(job)
         for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
             if container.get("image") in images:
                 container["image"] = images[container["image"]]
-            if plan.image_pull_policy:
-                container["imagePullPolicy"] = plan.image_pull_policy
+            if kubernetes.image_pull_policy:
+                container["imagePullPolicy"] = kubernetes.image_pull_policy
 
 
 def check_jobset_labels(where: str, labels: dict[str, Any]) -> None:

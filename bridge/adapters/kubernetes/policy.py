@@ -40,7 +40,7 @@ class _Check:
 
     def run(self) -> None:
         source = f"runtime {self.plan.runtime_name} with spec.runtimePatches"
-        for job in (self.plan.jobset_template or {}).get("replicatedJobs") or []:
+        for job in (self.plan.on_kubernetes().jobset_template or {}).get("replicatedJobs") or []:
             pod = (((job.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
             self.pod(pod, f"{source}: replicatedJobs[{job.get('name')}].template.spec.template.spec")
         for entry in self.plan.env:

@@ -125,7 +125,8 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
     check_identity(plan)
     target = target or Target.of(plan)
     peers: list[Peer] = []
-    spec = copy.deepcopy(dict(plan.jobset_template))
+    kubernetes = plan.on_kubernetes()
+    spec = copy.deepcopy(dict(kubernetes.jobset_template))
     jobs: list[dict[str, Any]] = spec.setdefault("replicatedJobs", [])
     if not jobs:
         jobs.append(_default_node_job(plan))
@@ -143,14 +144,14 @@ def jobset(plan: LaunchPlan, target: Target | None = None) -> tuple[dict[str, An
     else:
         set_pod_count(trainer, plan.nodes)
         _framework_env(plan, container, runtime_command, master_host)
-    if plan.env_injection:
+    if kubernetes.env_injection:
         inject_torch_env(plan, jobs, master_host)
     if plan.launcher in _LAUNCHED and (container.get("command") or container.get("args")):
         _launch(plan, target.name, container, trainer, node_job, subdomain, [e["name"] for e in user_env])
     initializers(plan, jobs)
     _one_pod_each(jobs, counted=node_job if plan.launcher in _OVER_SSH else trainer)
     _stamp_pods(plan, target, jobs)
-    if plan.image_map or plan.image_pull_policy:
+    if kubernetes.image_map or kubernetes.image_pull_policy:
         cluster_images(plan, jobs)
     spec["suspend"] = bool(plan.suspend)  # stated either way, as Kubeflow's controller does
     metadata = _jobset_metadata(plan, target, jobs)
@@ -190,7 +191,8 @@ def _set_command_and_env(plan: LaunchPlan, container: dict[str, Any],
     it got, which MPI's worker containers get too."""
     # command and args as Kubeflow sets them, each from the TrainJob or else the runtime; with neither, the
     # image's entrypoint runs
-    for key, value in (("command", plan.container_command), ("args", plan.container_args)):
+    kubernetes = plan.on_kubernetes()
+    for key, value in (("command", kubernetes.container_command), ("args", kubernetes.container_args)):
         if value:
             container[key] = list(value)
         else:
@@ -218,7 +220,7 @@ def _subdomain(plan: LaunchPlan, spec: dict[str, Any], target: Target) -> str:
 def _framework_env(plan: LaunchPlan, container: dict[str, Any], runtime_command: list[str],
                    master_host: str) -> None:
     # Kubeflow's framework plugins add their environment only when the TrainJob has a trainer section
-    if plan.trainer_given:
+    if plan.on_kubernetes().trainer_given:
         if plan.launcher == Launcher.TORCHRUN:
             torch_env(plan, container, runtime_command, master_host)
         elif plan.framework == "jax":
@@ -255,18 +257,19 @@ def _stamp_pods(plan: LaunchPlan, target: Target, jobs: list[dict[str, Any]]) ->
 def _jobset_metadata(plan: LaunchPlan, target: Target, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """The JobSet's own metadata as Kubeflow gives it (runtime template, then runtime patches), plus identity;
     its labels and its pods' checked."""
-    labels = {**dict(plan.jobset_metadata.get("labels") or {}), **_labels(plan)}
+    kubernetes = plan.on_kubernetes()
+    labels = {**dict(kubernetes.jobset_metadata.get("labels") or {}), **_labels(plan)}
     if plan.options.account:
         labels[ACCOUNT_ANNOTATION] = plan.options.account
-    if plan.queue:
-        labels[QUEUE_LABEL] = plan.queue  # Kueue suspends the JobSet at creation and admits it from this queue
+    if kubernetes.queue:
+        labels[QUEUE_LABEL] = kubernetes.queue  # Kueue suspends the JobSet at creation and admits it from this queue
     check_jobset_labels("metadata.labels", labels)
     for job in jobs:
         pod_labels = job["template"]["spec"]["template"]["metadata"]["labels"]
         check_jobset_labels(f"runtime {plan.runtime_name}: replicatedJobs[{job.get('name')}] pod labels", pod_labels)
     metadata: dict[str, Any] = {"name": target.name, "namespace": target.namespace, "labels": labels}
-    if plan.jobset_metadata.get("annotations"):
-        metadata["annotations"] = dict(plan.jobset_metadata["annotations"])
+    if kubernetes.jobset_metadata.get("annotations"):
+        metadata["annotations"] = dict(kubernetes.jobset_metadata["annotations"])
     return metadata
 
 
@@ -275,10 +278,11 @@ def _mpi(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]], trainer: dict[
          resources: dict[str, Any]) -> list[Peer]:
     launcher_job = next((job for job in jobs if job.get("name") == "launcher"), None)
     if launcher_job is not None and node_job is not launcher_job:
-        workers = max(plan.nodes - 1, 1) if plan.run_launcher_as_node else plan.nodes
+        as_node = plan.on_kubernetes().run_launcher_as_node
+        workers = max(plan.nodes - 1, 1) if as_node else plan.nodes
         set_pod_count(node_job, workers)
         peers = hostnames(name, "node", workers, subdomain)
-        if plan.run_launcher_as_node:
+        if as_node:
             peers += hostnames(name, "launcher", 1, subdomain)
             worker_container = node_container(node_job)
             if worker_container is not None:
@@ -304,7 +308,7 @@ def _mpi(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]], trainer: dict[
 
 def _mount_ssh_and_hostfile(plan: LaunchPlan, name: str, jobs: list[dict[str, Any]]) -> None:
     """The job's SSH keys (Secret) and hostfile (ConfigMap) on the ``node`` container of every pod."""
-    mount = plan.ssh_auth_mount_path or "/root/.ssh"
+    mount = plan.on_kubernetes().ssh_auth_mount_path or "/root/.ssh"
     for job in jobs:
         pod = pod_spec(job)
         node = node_container(job)
@@ -348,7 +352,7 @@ def _launch(plan: LaunchPlan, name: str, container: dict[str, Any], trainer: dic
               "framework": launch_framework(plan.framework) if launcher is plan.launcher else ""}
     if plan.launcher in _OVER_SSH:
         spec = LaunchSpec(**common, hostfile=HOSTFILE_PATH, leader=hostnames(name, trainer["name"], 1, subdomain)[0],
-                          ssh_dir=plan.ssh_auth_mount_path or "/root/.ssh", ssh_port=DEFAULT_PORT,
+                          ssh_dir=plan.on_kubernetes().ssh_auth_mount_path or "/root/.ssh", ssh_port=DEFAULT_PORT,
                           forward_env=tuple(dict.fromkeys(env_names)))
     else:
         spec = LaunchSpec(**common, hosts=tuple(hostnames(name, trainer["name"], plan.nodes, subdomain)))
@@ -412,7 +416,7 @@ def pod_group(plan: LaunchPlan, js: dict[str, Any], target: Target | None = None
     if group.kind == "coscheduling":
         spec["scheduleTimeoutSeconds"] = group.schedule_timeout_seconds
     else:
-        queue = (plan.jobset_metadata.get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION)
+        queue = (plan.on_kubernetes().jobset_metadata.get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION)
         if queue:
             spec["queue"] = queue
         classes = {pod_spec(job).get("priorityClassName") for job in js["spec"]["replicatedJobs"]} - {None}

@@ -139,11 +139,12 @@ def gpu_directive(plan: LaunchPlan) -> tuple[str, str] | None:
     environment differs by spelling), else ``--gpus-per-node``; None when another option already asks."""
     knobs = plan.options
     gpus = plan.resources.gpus
-    if knobs.slurm_gpus:
-        option, _, value = knobs.slurm_gpus.partition("=")
+    spelled_as = plan.on_slurm().gpus
+    if spelled_as:
+        option, _, value = spelled_as.partition("=")
         spelled = _spelled_gpus_per_node(option, value, plan.nodes)
         if gpus and spelled is not None and spelled != gpus:
-            raise InvalidSpec(f"metadata.annotations[{SLURM_GPUS_ANNOTATION}]", knobs.slurm_gpus,
+            raise InvalidSpec(f"metadata.annotations[{SLURM_GPUS_ANNOTATION}]", spelled_as,
                               f"asks Slurm for {spelled} GPUs per node but resourcesPerNode says {gpus}; "
                               "change or remove the annotation")
         return option, value
@@ -169,15 +170,16 @@ def _spelled_gpus_per_node(option: str, value: str, nodes: int) -> int | None:
 
 def layout(plan: LaunchPlan) -> list[tuple[str, str]]:
     """The job's node and task options as hpc-bridge states them (``--ntasks`` and a node range come verbatim,
-    from ``sbatch_extra``). A converted script's own layout (``plan.slurm_layout``) asks for what the script
+    from ``sbatch_extra``). A converted script's own layout (``plan.slurm.layout``) asks for what the script
     asked, no more: where it left the node count to Slurm, no ``--nodes`` is written (Slurm would record a fixed
     count, ``NumNodes=1-1``), and no ``--ntasks-per-node`` it did not give (Slurm would set SLURM_NTASKS*)."""
     extra = dict(plan.options.sbatch_extra)
-    if plan.slurm_layout is not None:
+    own_layout = plan.on_slurm().layout
+    if own_layout is not None:
         given = []
-        if "nodes" in plan.slurm_layout and "nodes" not in extra:
+        if "nodes" in own_layout and "nodes" not in extra:
             given.append(("nodes", str(plan.nodes)))
-        if "ntasks-per-node" in plan.slurm_layout:
+        if "ntasks-per-node" in own_layout:
             given.append(("ntasks-per-node", str(plan.procs_per_node)))
         return given
     options = [("nodes", str(plan.nodes))]
