@@ -44,7 +44,7 @@ COMMANDS: tuple[tuple[str, ...], ...] = (
     ("convert", FILE, "--to", "sbatch"),
     ("convert", FILE, "--to", "jobspec"),
     ("convert", FILE, "--to", "jobset"),
-    ("submit", FILE, "--dry-run", "--format", "json"),
+    ("submit", FILE, "--dry-run", "-o", "json"),
 )
 #: the commands that take sbatch flags after the file
 FLAG_COMMANDS = tuple(c for c in COMMANDS if c[0] in ("convert", "submit"))
@@ -682,7 +682,7 @@ def flag_cases(m: Callable[[int], str], start: int) -> Iterator[tuple[str, str, 
         ("comment-quote", lambda k: ("--comment", 'a" --uid=0 "b')),
         ("comment-cr", lambda k: ("--comment", "a\r--uid=0")),
         ("export-cmdsubst", lambda k: (f"--export=ALL,A=$(touch {k})",)),
-        ("output-semicolon", lambda k: ("-o", f"a; touch {k} #")),
+        ("output-semicolon", lambda k: ("--", "-o", f"a; touch {k} #")),  # sbatch's -o: after -- (hpcbridge's is --output)
         ("chdir-backtick", lambda k: ("--chdir", f"/tmp/`touch {k}`")),
         ("account-u2028", lambda k: ("-A", f"a\u2028touch {k} #")),
         ("unknown", lambda k: ("--no-such-option",)),

@@ -395,7 +395,8 @@ def check_verbatim(run: Run, command: list[str], script: str) -> list[Finding]:
     problems = []
     if script.encode("utf-8", "surrogateescape") != case.data:
         problems.append("the script sent is not the script given")
-    flags = list(case.flags) if run.argv[0] in ("submit", "convert") else []
+    # the -- that puts sbatch's -o after hpcbridge's own options is hpcbridge's, not sbatch's
+    flags = [flag for flag in case.flags if flag != "--"] if run.argv[0] in ("submit", "convert") else []
     head = ["sbatch", "--parsable", *flags]
     rest = command[len(head):]
     if command[:len(head)] != head or not rest or not rest[0].startswith("--comment=") \
