@@ -125,10 +125,6 @@ class BatchScript:
     #: where the script runs by its meaning, errors and notes about the annotation name the line instead
     origins: tuple[tuple[str, str, str | None], ...] = ()
 
-    def where(self, field: str) -> str | None:
-        """The directive an annotation field (``metadata.annotations[KEY]``) came from; None if none did."""
-        return next((where for key, where, _ in self.origins if field == f"metadata.annotations[{key}]"), None)
-
 
 @dataclass(frozen=True)
 class PodGroupPlan:
