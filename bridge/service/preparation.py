@@ -130,14 +130,14 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
                     runtime: TrainingRuntime | ClusterTrainingRuntime, source: Input,
                     adapter_for: Callable[[BridgeCluster], Adapter] | None,
                     tenancy: TenantRequest | None = None) -> Prepared:
-    from bridge.plan import resolve
+    from bridge.plan import resolve, traits_of
 
     tenant = None
     if tenancy is not None:
         from bridge import tenancy as tenants
 
         tenant, target = tenants.resolve(target, tenancy)
-    if target.spec.type != "kubernetes":
+    if not traits_of(target).runs_pods:
         trainjob = _workdir_relative_to_file(trainjob, source.path, WORKDIR_ANNOTATION)
     adapter = (adapter_for or targets.get_adapter)(target)
     script = source.script
@@ -152,7 +152,8 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
         elif script.only_verbatim:
             raise InvalidSpec("script", source.source, f"{script.only_verbatim} runs only on a Slurm cluster that "
                               f"takes batch scripts (sbatch, here or over ssh); cluster {target.name} is "
-                              f"{target.spec.type}" + (" over slurmrestd" if target.spec.type == "slurm" else ""))
+                              f"{target.spec.type}" + (" over slurmrestd" if traits_of(target).takes_sbatch_options
+                                                        else ""))
     ran = trainjob.model_copy(update={"metadata": trainjob.metadata.model_copy(update={"uid": plan.uid})})
     declared = {option.name for option in adapter.options}
     waits_for = None
@@ -214,11 +215,13 @@ def _workdir_relative_to_file(trainjob: TrainJob, path: str | None, key: str) ->
 
 def render(file: str, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
            sbatch_flags: Sequence[str] = (), queue: str | None = None) -> Prepared:
+    from bridge.plan import backend_traits
+
     source = read_input(file, sbatch_flags)
     if queue is not None:
         source = queued(source, queue)
     prepared = prepare(source, cluster=cluster, to=to, runtimes=runtimes)
-    if queue is not None and prepared.plan.backend != "kubernetes":
+    if queue is not None and not backend_traits(prepared.plan.backend).runs_pods:
         # a TrainJob bound for Slurm or Flux is queued by the operator, where Kueue sees the TrainJob itself
         raise InvalidSpec("--queue", queue, f"only a Kubernetes cluster queues its JobSets in Kueue; cluster "
                                             f"{prepared.plan.cluster!r} is {prepared.plan.backend} (apply the TrainJob "

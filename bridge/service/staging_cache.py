@@ -15,6 +15,7 @@ def staging_dir(cluster_name: str | None) -> str:
     """A cluster's shared staging directory (default: the local cluster's, under the state dir), as this
     machine sees it: ``cache list``/``prune`` read it here, so on a remote cluster run them on a node that
     mounts it."""
+    from bridge.plan import traits_of
     from bridge.records import state_root
 
     configured = clusters()
@@ -24,7 +25,7 @@ def staging_dir(cluster_name: str | None) -> str:
     spec = configured[name].spec
     if spec.staging_dir:
         return spec.staging_dir
-    if spec.type == "local":
+    if traits_of(configured[name]).stages_on_this_machine:
         return str(state_root() / "staging")
     raise InvalidSpec("--cluster", name, "this cluster has no spec.stagingDir (Kubernetes stages into each "
                       "job's initializer volume)")
