@@ -216,9 +216,11 @@ class Oracle:
                               stdin=None if stdin is not None else subprocess.DEVNULL)
 
     def bridged(self, path: Path, flags: list[str]) -> subprocess.CompletedProcess:
+        # sbatch's flags go after "--", as the CLI asks where its own -c/-o/--cluster/--wait would collide
+        sbatch_flags = ["--", *flags] if flags else []
         if self.way == "script":
-            return self._hpcbridge("submit", str(path), "--cluster", self.cluster, "--hold", *flags)
-        converted = self._hpcbridge("convert", str(path), "--to", "trainjob", *flags)
+            return self._hpcbridge("submit", str(path), "--cluster", self.cluster, "--hold", *sbatch_flags)
+        converted = self._hpcbridge("convert", str(path), "--to", "trainjob", *sbatch_flags)
         if converted.returncode != 0:
             return converted
         if self.way == "trainjob":
