@@ -31,13 +31,3 @@ class WireModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The object as it travels: camelCase keys, only the fields that were set (lossless round-trip)."""
         return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
-
-
-class OpenModel(WireModel):
-    """A fragment whose own fields are checked but which keeps unknown keys verbatim.
-
-    Used only for objects we pass through without interpreting (e.g. Kubernetes types nested in a pod
-    template that a newer cluster may extend).
-    """
-
-    model_config = ConfigDict(extra="allow")
