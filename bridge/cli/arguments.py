@@ -11,13 +11,12 @@ Everything after ``--`` is sbatch's.
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from bridge.errors import InvalidSpec
+from bridge.errors import InvalidSpec, closest
 
 #: the subcommands that take sbatch's options after the file
 SBATCH_COMMANDS = ("submit", "convert")
@@ -26,9 +25,10 @@ AFTER_SEPARATOR = "sbatch's -c/--cpus-per-task, -o/--output, --cluster and --wai
 
 
 def did_you_mean(word: str, known: Sequence[str]) -> str:
-    """`` (did you mean --wait?)`` for the one of *known* closest to *word*; empty when none is close."""
-    close = difflib.get_close_matches(word, sorted(set(known)), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+    """`` (did you mean --wait?)`` for the one of *known* closest to *word* (``bridge.errors.closest``, which
+    loads difflib only when an error needs it); empty when none is close."""
+    close = closest(word, known)
+    return f" (did you mean {close}?)" if close else ""
 
 
 class Parser(argparse.ArgumentParser):
