@@ -40,4 +40,5 @@ def cmd_operator(args: argparse.Namespace) -> int:
     from bridge.operator.main import run
 
     return run(namespaces=args.namespace, default_cluster=args.default_cluster, liveness=args.liveness,
-               metrics=args.metrics, metrics_token_file=args.metrics_token_file)
+               metrics=args.metrics, metrics_token_file=args.metrics_token_file, leader_elect=args.leader_elect,
+               lease_duration=args.lease_duration, probes=args.probes)

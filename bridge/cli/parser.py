@@ -220,4 +220,9 @@ def _add_service_commands(sub: Subparsers) -> None:
                                                           "or HOST:PORT; beyond loopback needs --metrics-token-file")
     p.add_argument("--metrics-token-file", metavar="PATH",
                    help="bearer token /metrics asks for (default $HPCBRIDGE_METRICS_TOKEN_FILE)")
+    p.add_argument("--leader-elect", metavar="NAMESPACE/NAME",
+                   help="one active replica: stand by until holding this coordination.k8s.io Lease")
+    p.add_argument("--lease-duration", type=float, metavar="SECONDS",
+                   help="how long a Lease not renewed stays its holder's (default 15; renewal gives up at 2/3)")
+    p.add_argument("--probes", metavar="HOST:PORT", help="serve /healthz and /readyz (active or standby)")
     p.set_defaults(func=cmd_operator)

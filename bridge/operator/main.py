@@ -17,6 +17,7 @@ from bridge.annotations import CLUSTER_ANNOTATION, FINALIZER, MIGRATE_ANNOTATION
 from bridge.api.trainjob import MANAGED_BY_BRIDGE
 from bridge.errors import InvalidSpec
 from bridge.extras import MissingExtra
+from bridge.operator import leader, versions
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.metrics import Metrics, read_token
 from bridge.operator.reconciler import Permanent, Reconciler, Temporary
@@ -189,19 +190,36 @@ def serve_metrics(metrics: Metrics, address: str, token_file: str | None = None)
 
 
 def run(namespaces: Sequence[str] = (), default_cluster: str | None = None, timing: Timing | None = None,
-        liveness: str | None = None, metrics: str | None = None, metrics_token_file: str | None = None) -> int:
+        liveness: str | None = None, metrics: str | None = None, metrics_token_file: str | None = None,
+        leader_elect: str | None = None, lease_duration: float | None = None, probes: str | None = None) -> int:
     """Run the operator until it is stopped (SIGTERM/SIGINT): every namespace, or only *namespaces*; Prometheus
     metrics on http://*metrics*/metrics when given (``host:port``; 127.0.0.1 unless a host is named, and a
-    host beyond loopback needs *metrics_token_file*, or $HPCBRIDGE_METRICS_TOKEN_FILE)."""
+    host beyond loopback needs *metrics_token_file*, or $HPCBRIDGE_METRICS_TOKEN_FILE). With *leader_elect*
+    (the Lease's ``NAMESPACE/NAME``) it stands by until it holds the Lease (bridge.operator.leader); *probes*
+    (``HOST:PORT``) serves /healthz and /readyz for that. Returns 1, before anything else, where an installed
+    CRD has a version this operator does not understand."""
     global _reconciler
     token_file = metrics_token_file or os.environ.get(METRICS_TOKEN_ENV) or None
+    if probes and not leader_elect:
+        raise InvalidSpec("--probes", probes, "serves the leader election's probes: give --leader-elect too")
+    probe_address = listen_address(probes, "--probes") if probes else None
     api = KubeApi()
+    kopf.configure(verbose=False)
+    try:
+        versions.check_installed(api.api_client)
+    except versions.UnsupportedCrd as exc:
+        logging.getLogger("hpcbridge.operator").error("refusing to start: %s", exc)
+        return 1
     _reconciler = Reconciler(api, default_cluster=default_cluster, timing=timing or Timing())
     # metric labels name only configured BridgeClusters (KubeApi caches the list), never a tenant's free text
     _reconciler.metrics.clusters = api.clusters
     if metrics:
         serve_metrics(_reconciler.metrics, metrics, token_file)
-    kopf.configure(verbose=False)
-    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
-             liveness_endpoint=liveness_endpoint(liveness) if liveness else None)
+    election = leader.start(api.api_client, leader_elect, lease_duration, probe_address) if leader_elect else None
+    try:
+        kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
+                 liveness_endpoint=liveness_endpoint(liveness) if liveness else None)
+    finally:
+        if election is not None:  # after kopf has stopped: nothing of this process writes any more
+            election.release()
     return 0
