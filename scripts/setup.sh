@@ -4,7 +4,8 @@
 #   scripts/setup.sh --all  everything the test suite needs too: MPICH, sshd, Slurm + munge, containerd + runc +
 #                           CNI plugins + debootstrap (real Kubernetes nodes), the staging, kubernetes and
 #                           operator extras, PyTorch, JAX and XGBoost (CPU use), the dev tools
-# The venv lives in ~/.cache/hpcbridge/venv (override with HPCBRIDGE_VENV); .venv in the repo links to it.
+# Each checkout has its own venv, ~/.cache/hpcbridge/venvs/<checkout>-<hash of its path> (override with
+# HPCBRIDGE_VENV); .venv in the checkout links to it.
 # Re-running is cheap: packages already installed are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,13 +32,36 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-venv="${HPCBRIDGE_VENV:-$HOME/.cache/hpcbridge/venv}"
+# One venv per checkout: its editable install points at one checkout, so a venv two checkouts shared would run
+# whichever set it up last. A .venv that already holds this checkout's install is kept (re-running stays cheap);
+# otherwise the venv is keyed by the checkout's real path. Wheels come from pip's cache, not from another venv.
+checkout="$(pwd -P)"
+holds_this_checkout() {
+  [ -x "$1/bin/python" ] && [ "$(cd / && "$1/bin/python" -c \
+    'import os, bridge; print(os.path.dirname(os.path.dirname(os.path.realpath(bridge.__file__))))' \
+    2>/dev/null)" = "$checkout" ]
+}
+if [ -n "${HPCBRIDGE_VENV:-}" ]; then
+  venv="$HPCBRIDGE_VENV"
+elif [ -d .venv ] && { [ ! -L .venv ] || holds_this_checkout "$checkout/.venv"; }; then
+  venv="$(cd .venv && pwd -P)"  # a directory of its own, or a link to a venv of this checkout
+else
+  venv="$HOME/.cache/hpcbridge/venvs/$(basename "$checkout")-$(printf '%s' "$checkout" | sha256sum | cut -c1-12)"
+fi
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating $venv" >&2
   mkdir -p "$(dirname "$venv")"
   python3 -m venv "$venv"
 fi
-ln -sfn "$venv" .venv
+printf '%s\n' "$checkout" > "$venv/checkout"
+# a venv whose checkout is gone (a CI clone, a removed worktree) goes too: each --all venv is about 6 GB
+for other in "$HOME"/.cache/hpcbridge/venvs/*/; do
+  other="${other%/}"
+  [ -f "$other/checkout" ] && [ "$other" != "$venv" ] && [ ! -d "$(cat "$other/checkout")" ] || continue
+  echo "setup: removing $other (its checkout $(cat "$other/checkout") is gone)" >&2
+  rm -rf "$other"
+done
+[ "$(cd .venv 2>/dev/null && pwd -P)" = "$(cd "$venv" && pwd -P)" ] || { rm -f .venv; ln -sfn "$venv" .venv; }
 
 pip=("$venv/bin/python" -m pip install -q)
 # compat editable mode: a plain path entry instead of an import hook every Python start-up pays for (~10 ms,
