@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bridge.envnames import TAG_OUTPUT_ENV, TF_ROLES_ENV, XGBOOST_TRACKER_ENV, XGBOOST_TRACKERS
 from bridge.errors import InvalidSpec
-from bridge.mpi import discovery, launchers, ssh
+from bridge.mpi import discovery, launchers, rendezvous, ssh
 from bridge.mpi.exits import FORWARDED, shell_code
 from bridge.mpi.hostfile import Peer, hostfile_for
 from bridge.mpi.peers import release_peers, release_token, serve_peer
@@ -152,10 +152,12 @@ class Child:
     def exited(self) -> bool:
         return self.proc is None or self.proc.poll() is not None
 
-    def wait(self) -> int:
-        """The child's exit as a shell reports it (128+N when signal N ended it)."""
+    def wait(self, meeting: rendezvous.Meeting | None = None) -> int:
+        """The child's exit as a shell reports it (128+N when signal N ended it); with a *meeting* point that
+        never answers, 1 once the child is stopped (bridge.mpi.rendezvous)."""
         assert self.proc is not None  # start() started it
-        return shell_code(self.proc.wait())
+        unmet = rendezvous.exit_if_unmet(meeting, self.exited, self.stop)
+        return unmet if unmet is not None else shell_code(self.proc.wait())
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM its group, SIGKILL after *grace* seconds."""
@@ -168,11 +170,11 @@ class Child:
             self.proc.wait()
 
 
-def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
+def run_child(argv: Sequence[str], env: Mapping[str, str], meeting: rendezvous.Meeting | None = None) -> int:
     """Run *argv* in its own process group, forward SIGTERM/SIGINT/SIGHUP to it, return a shell-style code."""
     with Child() as child:
         failed = child.start(argv, env)
-        return failed if failed is not None else child.wait()
+        return failed if failed is not None else child.wait(meeting)
 
 
 def writers(spec: LaunchSpec, topology: discovery.Topology) -> int:
@@ -196,19 +198,21 @@ def rank_label(rank: int, per_node: int) -> bytes:
     return f"[node-{rank // per_node} rank-{rank}] ".encode()
 
 
-def run_relayed(argv: Sequence[str], env: Mapping[str, str], relay: LineRelay, outputs: tuple[int, int]) -> int:
+def run_relayed(argv: Sequence[str], env: Mapping[str, str], relay: LineRelay, outputs: tuple[int, int],
+                meeting: rendezvous.Meeting | None = None) -> int:
     """run_child with the child's output through *relay* (its pipes are *outputs*): every line out whole."""
     with Child() as child:
         try:
             failed = child.start(argv, env, outputs)
         finally:
             relay.started()
-        code = failed if failed is not None else child.wait()
+        code = failed if failed is not None else child.wait(meeting)
     relay.finish()
     return code
 
 
-def run_tagged(spec: LaunchSpec, topology: discovery.Topology, argv: Sequence[str], env: Mapping[str, str]) -> int:
+def run_tagged(spec: LaunchSpec, topology: discovery.Topology, argv: Sequence[str], env: Mapping[str, str],
+               meeting: rendezvous.Meeting | None = None) -> int:
     """This node's launch with each line tagged: an MPI launcher's ranks by the tags it writes (it tags chunks,
     not lines: RankLines joins each rank's chunks into whole lines), any other command by this node."""
     from bridge.mpi.group import HYDRA_TAG, OPENMPI_TAG, LineRelay, RankLines
@@ -219,7 +223,7 @@ def run_tagged(spec: LaunchSpec, topology: discovery.Topology, argv: Sequence[st
         outputs = relay.pipe(split=lambda: RankLines(tag, lambda rank: rank_label(rank, spec.procs_per_node)))
     else:
         outputs = relay.pipe()
-    return run_relayed(argv, env, relay, outputs)
+    return run_relayed(argv, env, relay, outputs, meeting)
 
 
 def private_workdir(job_id: str) -> str:
@@ -490,6 +494,7 @@ def run(spec: LaunchSpec) -> int:
         spec = spec._replace(rdzv_port=job_port(spec, os.environ))
     topology = discovery.discover(spec.discovery, slots=spec.procs_per_node, nodes=spec.nodes, hosts=spec.hosts,
                                   rank=spec.node_rank, hostfile=spec.hostfile, leader=spec.leader)
+    topology = rendezvous.with_addresses(spec, topology, os.environ)
     report_gpus(topology, launchers.node_gpus(os.environ))
     workdir = private_workdir(spec.job_id)
     try:
@@ -507,6 +512,7 @@ def run(spec: LaunchSpec) -> int:
         if argv is None:
             return 0
         env = child_env(spec, os.environ, topology)
-        return run_tagged(spec, topology, argv, env) if tagged else run_child(argv, env)
+        meeting = rendezvous.meeting(spec, topology, env)
+        return run_tagged(spec, topology, argv, env, meeting) if tagged else run_child(argv, env, meeting)
     finally:
         remove_workdir(workdir)

@@ -25,14 +25,16 @@ if TYPE_CHECKING:
         hosts: tuple[str, ...]
         rank: int
         slots: int
+        addresses: tuple[str, ...] = ()
 else:
-    _Topology = namedtuple("Topology", "hosts rank slots")
+    _Topology = namedtuple("Topology", "hosts rank slots addresses", defaults=((),))
 
 SOURCES = ("slurm", "flux", "jobset", "hostfile", "explicit", "local")
 
 
 class Topology(_Topology):
-    """The job's hosts in rank order (tuple of names), this node's rank, and the slots on every host."""
+    """The job's hosts in rank order (tuple of names), this node's rank, the slots on every host, and where
+    the hosts' addresses differ from their names (bridge.mpi.rendezvous), those addresses in the same order."""
 
     __slots__ = ()
 
@@ -40,9 +42,14 @@ class Topology(_Topology):
     def peers(self) -> list[Peer]:
         return [Peer(host, self.slots) for host in self.hosts]
 
+    def address(self, rank: int) -> str:
+        """How the other nodes reach node *rank*: its address where one is known, else its name."""
+        return self.addresses[rank] if self.addresses else self.hosts[rank]
+
     @property
     def master(self) -> str:
-        return self.hosts[0]
+        """Node 0's address: where torchrun's master, the JAX coordinator and the XGBoost tracker listen."""
+        return self.address(0)
 
 
 def parse_tasks_per_node(text: str) -> list[int]:

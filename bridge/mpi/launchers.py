@@ -197,7 +197,7 @@ def tf_config(roles: str, topology: Topology, port: int) -> str:
         for index in range(int(count)):
             if rank >= len(topology.hosts):
                 raise InvalidSpec(TF_ROLES_ENV, roles, f"names more nodes than the job's {len(topology.hosts)}")
-            cluster.setdefault(role, []).append(f"{topology.hosts[rank]}:{port + rank}")
+            cluster.setdefault(role, []).append(f"{topology.address(rank)}:{port + rank}")
             if rank == topology.rank:
                 task = {"type": role, "index": index}
             rank += 1
