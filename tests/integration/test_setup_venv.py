@@ -59,7 +59,7 @@ def test_each_checkout_runs_its_own_code(tmp_path: Path) -> None:
     for checkout in (first, second):
         _setup(checkout, env)
     venvs = [(checkout / ".venv").resolve() for checkout in (first, second)]
-    for checkout, venv in zip((first, second), venvs):
+    for checkout, venv in zip((first, second), venvs, strict=True):
         assert _imported_from(checkout) == checkout.resolve() / "bridge" / "__init__.py"
         assert venv.parent == home.resolve() / ".cache" / "hpcbridge" / "venvs"
     assert venvs[0] != venvs[1]
