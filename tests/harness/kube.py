@@ -167,6 +167,9 @@ KUSTOMIZE = Component("kustomize", BUILD_ROOT / "kustomize", "sigs.k8s.io/kustom
 NODE_COMPONENTS: tuple[Component, ...] = (
     Component("kubelet", BUILD_ROOT, "k8s.io/kubernetes", ("k8s.io/kubernetes/cmd/kubelet",), ("kubelet",),
               _kubernetes_ldflags),
+    # Services on the nodes: the `kubernetes` Service is how a pod's in-cluster configuration reaches the API server
+    Component("kube-proxy", BUILD_ROOT, "k8s.io/kubernetes", ("k8s.io/kubernetes/cmd/kube-proxy",), ("kube-proxy",),
+              _kubernetes_ldflags),
     Component("coredns", BUILD_ROOT / "coredns", "github.com/coredns/coredns", ("hpcbridge.test/kube-build/coredns",),
               ("coredns",)),
     Component("pause", BUILD_ROOT / "pause", "hpcbridge.test/kube-build/pause", ("hpcbridge.test/kube-build/pause",),
@@ -626,8 +629,10 @@ class KubeCluster:
             "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={p['proxy']}", f"--proxy-client-key-file={p['proxy_key']}",
-            # the Endpoints of the `kubernetes` Service must not be a loopback address: don't reconcile them
-            "--endpoint-reconciler-type=none", "--profiling=false", "--v=1"])
+            # the `kubernetes` Service's endpoint is the advertised address, which must not be loopback: a
+            # loopback-only cluster has none (no pod reaches it anyway), one on a bridge has it (kube-proxy)
+            f"--endpoint-reconciler-type={'none' if self.address == '127.0.0.1' else 'lease'}",
+            "--profiling=false", "--v=1"])
         self._wait("kube-apiserver /readyz", deadline, lambda: self._https_ok(self.ports["apiserver"], "/readyz"))
 
     def _start_kcm_and_scheduler(self, deadline: float) -> None:

@@ -17,6 +17,11 @@ Layout (defaults, 2 nodes):
   version) in those namespaces; pods on node i get 10.79.i.0/24 from the CNI bridge plugin, and each
   namespace (and the root one) routes the other nodes' pod subnets to them, so pod-to-pod traffic crosses
   hosts as it would between machines;
+* kube-proxy (iptables mode, built like kubelet) in each node's namespace, so pods reach the API server through
+  the ``kubernetes`` Service (10.96.0.1:443, in-cluster configuration) and one another through Services;
+  :meth:`RealNodeCluster.reach` gives the nodes a leg on another host cluster's bridge (the Slurm hosts), through
+  which their pods reach those hosts as pods reach a site's network;
+* :meth:`RealNodeCluster.load_image` imports a further image (the operator's) into every node's containerd;
 * node ``kube-node-0`` has no GPU; the others run the fake device plugin (tests/harness/kube_build/fakegpu),
   so the scheduler sees ``nvidia.com/gpu`` capacity only there and containers get NVIDIA_VISIBLE_DEVICES;
 * containerd's image store stays on disk under ``<cache root>/kube-nodes/<node>`` between runs: an image is
@@ -51,6 +56,9 @@ from tests.harness.kube import (
 from tests.harness.netns import HostCluster
 
 BRIDGE, SUBNET, POD_SUBNET = "br-hpck", "10.78.0", "10.79"
+#: the `kubernetes` Service's cluster IP (the first of the API server's service range): kube-proxy is ready once
+#: its rules name it
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 GPU_RESOURCE = "nvidia.com/gpu"
 #: kernel settings kubelet writes at start-up; each gets a writable stand-in in the node's mount namespace
 KERNEL_STANDINS = {"vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10",
@@ -107,6 +115,8 @@ class RealNodeCluster:
         self.startup_seconds = 0.0
         self.timings: dict[str, float] = {}
         self.log_dir = self.base_dir / "logs"
+        #: bridges of other host clusters the pods reach (:meth:`reach`)
+        self.reached: set[str] = set()
 
     # ---- lifecycle
 
@@ -276,7 +286,7 @@ class RealNodeCluster:
             shutil.rmtree(layer, ignore_errors=True)
             (layer / "layer").mkdir(parents=True)
             shutil.copy2(binary, layer / "layer" / "pause")
-            diff_id = node_image._layer_tar(layer / "layer", layer / "layer.tar", layer / "build.log")
+            diff_id = node_image.layer_tar(layer / "layer", layer / "layer.tar", layer / "build.log")
             (layer / "layer.sha256").write_text(diff_id)
             node_image.write_archive(ref, [layer], archive, {"Entrypoint": ["/pause"]})
             shutil.rmtree(layer)
@@ -285,16 +295,33 @@ class RealNodeCluster:
 
     def _import_images(self, host, socket_path: str) -> None:
         """Import into this node's containerd the images it does not hold yet (its store persists)."""
+        for image in self.images.values():
+            self._import_image(host, socket_path, image)
+
+    def _import_image(self, host, socket_path: str, image: node_image.Image) -> None:
+        """*image* into this node's containerd unless it holds that content under that name already: a tag
+        (the operator's version) can name new content, so what was imported is recorded beside the store."""
         ctr = ["ctr", "--address", socket_path, "--namespace", "k8s.io"]
         listed = self.hosts.exec_in_host(host, [*ctr, "images", "ls", "-q"]).stdout.split()
-        for image in self.images.values():
-            if image.ref not in listed and f"docker.io/{image.ref}" not in listed:
-                started = time.monotonic()
-                proc = self.hosts.exec_in_host(host, [*ctr, "images", "import", "--no-unpack=false",
-                                                      str(image.archive)], timeout=900)
-                if proc.returncode != 0:
-                    raise RealNodeError(f"importing {image.ref} on {host.name}: {proc.stderr.strip()[-1500:]}")
-                self.timings[f"import {image.ref} on {host.name}"] = time.monotonic() - started
+        record = cache_root() / "kube-nodes" / host.name / "imported" / image.ref.replace("/", "_")
+        held = image.ref in listed or f"docker.io/{image.ref}" in listed
+        if held and record.exists() and record.read_text() == image.key:
+            return
+        started = time.monotonic()
+        proc = self.hosts.exec_in_host(host, [*ctr, "images", "import", "--no-unpack=false", str(image.archive)],
+                                       timeout=900)
+        if proc.returncode != 0:
+            raise RealNodeError(f"importing {image.ref} on {host.name}: {proc.stderr.strip()[-1500:]}")
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(image.key)
+        self.timings[f"import {image.ref} on {host.name}"] = time.monotonic() - started
+
+    def load_image(self, image: node_image.Image) -> None:
+        """Import *image* (a docker-archive, e.g. tests/harness/operator_image.py's) into every node's containerd,
+        where pods with ``imagePullPolicy: Never`` or ``IfNotPresent`` find it; kept in :attr:`images`."""
+        self.images[image.ref] = image
+        for host in self.hosts.hosts:
+            self._import_image(host, f"{NODE_RUN}/containerd/containerd.sock", image)
 
     # ---- nodes
 
@@ -355,14 +382,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             host, ["ctr", "--address", socket_path, "version"]).returncode == 0, (f"containerd-{name}",))
         self._import_images(host, socket_path)
 
-        cert, key = sign_client_cert(self.kube.pki, node_dir, "kubelet-client", f"system:node:{name}", "system:nodes")
-        kubeconfig = node_dir / "kubelet.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "node",
-            "clusters": [{"name": "test", "cluster": {"server": self.kube.api_url,
-                                                      "certificate-authority": str(self.kube.ca_file)}}],
-            "users": [{"name": "node", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-            "contexts": [{"name": "node", "context": {"cluster": "test", "user": "node"}}]}))
+        kubeconfig = self._client_kubeconfig(node_dir, "kubelet", f"system:node:{name}", "system:nodes")
         resolv = node_dir / "resolv.conf"  # pods get the cluster DNS only, not this machine's search domains
         resolv.write_text("")
         config = {
@@ -394,6 +414,61 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 host, ["test", "-S", f"{plugins}/kubelet.sock"]).returncode == 0, (f"kubelet-{name}",))
             self._spawn(f"fakegpu-{name}", [str(self.binaries["fakegpu"]), "-dir", plugins, "-count", str(self.gpus),
                                             "-prefix", f"GPU-{name}"], host)
+        self._start_kube_proxy(host, node_dir)
+
+    def _client_kubeconfig(self, node_dir: Path, name: str, user: str, group: str | None) -> Path:
+        """A kubeconfig for *user* (in *group*) with a client certificate from the test CA."""
+        cert, key = sign_client_cert(self.kube.pki, node_dir, f"{name}-client", user, group)
+        kubeconfig = node_dir / f"{name}.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "node",
+            "clusters": [{"name": "test", "cluster": {"server": self.kube.api_url,
+                                                      "certificate-authority": str(self.kube.ca_file)}}],
+            "users": [{"name": "node", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+            "contexts": [{"name": "node", "context": {"cluster": "test", "user": "node"}}]}))
+        return kubeconfig
+
+    def _start_kube_proxy(self, host, node_dir: Path) -> None:
+        """kube-proxy in iptables mode, in the node's network namespace (its rules are that namespace's only), as
+        ``system:kube-proxy`` (the role the API server gives it at bootstrap). It leaves the kernel's conntrack
+        limits and route_localnet alone (machine-wide or not needed), and masquerades all Service traffic so that a
+        pod reaching a Service whose endpoint is on its own node's bridge gets the reply back through the node."""
+        kubeconfig = self._client_kubeconfig(node_dir, "kube-proxy", "system:kube-proxy", None)
+        config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)}, "hostnameOverride": host.name,
+            "bindAddress": host.ip, "mode": "iptables", "clusterCIDR": f"{POD_SUBNET}.0.0/16",
+            "healthzBindAddress": f"{host.ip}:10256", "metricsBindAddress": "127.0.0.1:10249",
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s",
+                          "udpTimeout": "0s", "udpStreamTimeout": "0s"},
+            "iptables": {"masqueradeAll": True, "localhostNodePorts": False, "syncPeriod": "30s",
+                         "minSyncPeriod": "0s"},
+        }
+        (node_dir / "kube-proxy.yaml").write_text(yaml.safe_dump(config))
+        name = f"kube-proxy-{host.name}"
+        self._spawn(name, [str(self.binaries["kube-proxy"]), f"--config={node_dir / 'kube-proxy.yaml'}", "--v=1"], host)
+        self._wait(f"kube-proxy on {host.name}", time.monotonic() + 60, lambda: self.hosts.exec_in_host(
+            host, ["iptables", "-t", "nat", "-S", "KUBE-SERVICES"]).stdout.count(KUBERNETES_SERVICE_IP) > 0, (name,))
+
+    def reach(self, other: HostCluster) -> None:
+        """Pods reach *other*'s hosts (e.g. the Slurm cluster's login node) as pods reach a site's network: each
+        node gets a leg on *other*'s bridge and masquerades its pods' traffic leaving through it, so *other*'s
+        hosts need no route back. Gone with the nodes' namespaces."""
+        if other.bridge in self.reached:
+            return
+        inside = f"site{len(self.reached)}"
+        for index, host in enumerate(self.hosts.hosts):
+            leg = f"{BRIDGE}-x{len(self.reached)}{index}"
+            subprocess.run(["ip", "link", "del", leg], capture_output=True)
+            subprocess.run(["ip", "link", "add", leg, "type", "veth", "peer", "name", inside, "netns", host.netns],
+                           check=True)
+            subprocess.run(["ip", "link", "set", leg, "master", other.bridge, "up"], check=True)
+            address = f"{other.subnet}.{200 + index}/24"
+            self._in_node(host, f"""
+                ip addr add {address} dev {inside} && ip link set {inside} up
+                iptables -t nat -A POSTROUTING -s {POD_SUBNET}.0.0/16 -o {inside} -j MASQUERADE
+                """)
+        self.reached.add(other.bridge)
 
     def _wait_nodes(self, deadline: float) -> None:
         from kubernetes import client

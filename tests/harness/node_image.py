@@ -75,7 +75,7 @@ def content_key(*parts: bytes) -> str:
     return digest.hexdigest()
 
 
-def _tree_hash(*roots: Path) -> bytes:
+def tree_hash(*roots: Path) -> bytes:
     """Paths and contents of every file under *roots* (no mtimes: a fresh clone hashes the same)."""
     digest = hashlib.sha256()
     for root in roots:
@@ -97,7 +97,7 @@ def base_key() -> str:
 
 
 def app_key() -> str:
-    return content_key(base_key().encode(), _tree_hash(REPO / "bridge", REPO / "examples", REPO / "pyproject.toml"))[:16]
+    return content_key(base_key().encode(), tree_hash(REPO / "bridge", REPO / "examples", REPO / "pyproject.toml"))[:16]
 
 
 @contextlib.contextmanager
@@ -113,7 +113,7 @@ def cache_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _lock(name: str) -> contextlib.AbstractContextManager[None]:
+def image_lock(name: str) -> contextlib.AbstractContextManager[None]:
     return cache_lock(cache_root() / "images" / f"{name}.lock")
 
 
@@ -128,15 +128,20 @@ def run_logged(argv: list[str], log: Path, **kwargs) -> None:
                               f"log {log}:\n{tail}")
 
 
-def _chroot(root: Path, script: str, log: Path) -> None:
+def chroot(root: Path, script: str, log: Path, env: dict[str, str] | None = None) -> None:
+    """Run the shell *script* in the root *root* (no network there), its output appended to *log*."""
     run_logged(["chroot", str(root), "/bin/sh", "-ec", script], log,
-         env={"PATH": PATH_ENV.split("=", 1)[1], "HOME": "/root", "LANG": "C.UTF-8",
-              "DEBIAN_FRONTEND": "noninteractive", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+               env={"PATH": PATH_ENV.split("=", 1)[1], "HOME": "/root", "LANG": "C.UTF-8",
+                    "DEBIAN_FRONTEND": "noninteractive", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(env or {})})
 
 
-def _layer_tar(directory: Path, out: Path, log: Path) -> str:
-    """*directory* as a layer tarball (numeric owners, as the files are); returns its sha256 (the diff id)."""
-    run_logged(["tar", "--numeric-owner", "--xattrs", "-C", str(directory), "-cf", str(out), "."], log)
+def layer_tar(directory: Path, out: Path, log: Path, mtime: int | None = None) -> str:
+    """*directory* as a layer tarball (numeric owners, as the files are); returns its sha256 (the diff id).
+    With *mtime* (seconds since the epoch) entries are sorted by name and every file carries that time, so the
+    same files make the same bytes, whenever and wherever they are tarred."""
+    fixed = ["--sort=name", f"--mtime=@{mtime}", "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime"
+             ] if mtime is not None else []
+    run_logged(["tar", "--numeric-owner", "--xattrs", *fixed, "-C", str(directory), "-cf", str(out), "."], log)
     digest = hashlib.sha256()
     with open(out, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -144,21 +149,32 @@ def _layer_tar(directory: Path, out: Path, log: Path) -> str:
     return digest.hexdigest()
 
 
+def debootstrap(rootfs: Path, packages: tuple[str, ...], log: Path) -> None:
+    """A minimal Debian root (:data:`SUITE`) with *packages*, at *rootfs*."""
+    run_logged(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(rootfs), MIRROR], log)
+
+
+def install_wheels(rootfs: Path, requirements: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    """*requirements* and their dependencies installed into *rootfs*'s Python (3.11, like this machine's) from
+    wheels fetched here: the chroot has no network setup."""
+    wheels = rootfs / "tmp" / "wheels"
+    run_logged([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.11",
+                "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "--implementation", "cp",
+                "-d", str(wheels), *requirements], log)
+    chroot(rootfs, f"""
+        python3 -m pip install --break-system-packages --no-cache-dir --no-index --find-links /tmp/wheels \
+            {' '.join(f"'{r}'" for r in requirements)}
+        rm -rf /tmp/wheels
+        """, log, env)
+
+
 def _build_base(target: Path) -> None:
     log = target / "build.log"
     rootfs = target / "rootfs"
     started = time.monotonic()
-    run_logged(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR], log)
-    wheels = target / "wheels"
-    # the wheels for the image's Python (3.11, like this machine's), fetched here: the chroot has no network setup
-    run_logged([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.11",
-          "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "--implementation", "cp",
-          "-d", str(wheels), *_python_requirements()], log)
-    shutil.copytree(wheels, rootfs / "tmp" / "wheels")
-    _chroot(rootfs, f"""
-        python3 -m pip install --break-system-packages --no-cache-dir --no-index --find-links /tmp/wheels \
-            {' '.join(f"'{r}'" for r in _python_requirements())}
-        rm -rf /tmp/wheels
+    debootstrap(rootfs, PACKAGES, log)
+    install_wheels(rootfs, _python_requirements(), log)
+    chroot(rootfs, f"""
         useradd --uid {MPI_UID} --create-home --shell /bin/bash {MPI_USER}
         mkdir -p /run/sshd {EXAMPLES_DIR}
         # MPICH's library under the MPICH ABI's name, which mpi4py's MPICH build links to (Debian calls it
@@ -168,18 +184,18 @@ def _build_base(target: Path) -> None:
         apt-get clean
         rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log
         """, log)
-    diff_id = _layer_tar(rootfs, target / "layer.tar", log)
+    diff_id = layer_tar(rootfs, target / "layer.tar", log)
     (target / "layer.sha256").write_text(diff_id)
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"=== base built in {time.monotonic() - started:.0f}s\n")
 
 
-def _cached(target: Path, kind: str, build) -> Path:
+def cached_layer(target: Path, kind: str, build) -> Path:
     """*target* (a layer's directory, complete once layer.sha256 exists), made by *build* into a temporary
     directory under a lock and renamed; older layers of the same kind are removed."""
     if (target / "layer.sha256").exists():
         return target
-    with _lock(kind):
+    with image_lock(kind):
         if (target / "layer.sha256").exists():
             return target
         tmp = target.with_name(target.name + ".tmp")
@@ -187,17 +203,17 @@ def _cached(target: Path, kind: str, build) -> Path:
         tmp.mkdir(parents=True)
         build(tmp)
         tmp.rename(target)
-        _prune(f"{kind}-", keep=target.name)
+        prune(f"{kind}-", keep=target.name)
     return target
 
 
 def base_layer() -> Path:
     """The base layer's directory (rootfs/, layer.tar, layer.sha256), built if missing."""
-    return _cached(cache_root() / "images" / f"base-{base_key()}", "base", _build_base)
+    return cached_layer(cache_root() / "images" / f"base-{base_key()}", "base", _build_base)
 
 
 @contextlib.contextmanager
-def _overlay(lowers: list[Path], upper: Path, work: Path, merged: Path):
+def overlay(lowers: list[Path], upper: Path, work: Path, merged: Path):
     """*merged* = *lowers* (first is the top) with writes going to *upper*; unmounted on exit."""
     for path in (upper, work, merged):
         path.mkdir(parents=True, exist_ok=True)
@@ -209,7 +225,7 @@ def _overlay(lowers: list[Path], upper: Path, work: Path, merged: Path):
         subprocess.run(["umount", str(merged)], check=False)
 
 
-def _check_no_whiteouts(upper: Path) -> None:
+def check_no_whiteouts(upper: Path) -> None:
     """The upper directory becomes a layer as it is: it must only add and change, never delete."""
     for path in upper.rglob("*"):
         if path.is_char_device():
@@ -223,21 +239,21 @@ def _build_app(target: Path, base: Path) -> None:
           str(REPO)], log)
     wheel = next(dist.glob("*.whl"))
     upper, work, merged = target / "upper", target / "work", target / "merged"
-    with _overlay([base / "rootfs"], upper, work, merged):
+    with overlay([base / "rootfs"], upper, work, merged):
         stage = merged / "tmp" / "hpcbridge-wheel"
         stage.mkdir(parents=True, exist_ok=True)
         shutil.copy2(wheel, stage / wheel.name)
         shutil.copytree(REPO / "examples", merged / EXAMPLES_DIR.lstrip("/"), dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
-        _chroot(merged, f"""
+        chroot(merged, f"""
             python3 -m pip install --break-system-packages --no-cache-dir --no-deps /tmp/hpcbridge-wheel/{wheel.name}
             rm -rf /tmp/hpcbridge-wheel
             hpcbridge --help >/dev/null
             """, log)
     shutil.rmtree(work, ignore_errors=True)
     # the staging directory's removal left a whiteout only if it existed below: it did not
-    _check_no_whiteouts(upper)
-    diff_id = _layer_tar(upper, target / "layer.tar", log)
+    check_no_whiteouts(upper)
+    diff_id = layer_tar(upper, target / "layer.tar", log)
     (target / "layer.sha256").write_text(diff_id)
     shutil.rmtree(upper)
     shutil.rmtree(dist)
@@ -245,10 +261,10 @@ def _build_app(target: Path, base: Path) -> None:
 
 def app_layer() -> Path:
     base = base_layer()
-    return _cached(cache_root() / "images" / f"app-{app_key()}", "app", lambda tmp: _build_app(tmp, base))
+    return cached_layer(cache_root() / "images" / f"app-{app_key()}", "app", lambda tmp: _build_app(tmp, base))
 
 
-def _prune(prefix: str, keep: str) -> None:
+def prune(prefix: str, keep: str) -> None:
     """Older builds of one layer kind go: every change to bridge/ makes a new app layer."""
     for path in (cache_root() / "images").glob(f"{prefix}*"):
         if path.name != keep and path.is_dir():
@@ -279,7 +295,9 @@ def write_archive(ref: str, layers: list[Path], out: Path, config: dict | None =
     (staging / config_name).write_bytes(config_bytes)
     (staging / "manifest.json").write_text(json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": names}]))
     tmp = out.with_suffix(".tmp")
-    subprocess.run(["tar", "-C", str(staging), "-cf", str(tmp), "manifest.json", config_name, *names], check=True)
+    # fixed times and owners: the same layers and config make the same archive
+    subprocess.run(["tar", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-C", str(staging), "-cf", str(tmp),
+                    "manifest.json", config_name, *names], check=True)
     tmp.rename(out)
     shutil.rmtree(staging)
 
@@ -292,10 +310,10 @@ def node_image() -> Image:
     ref = f"hpcbridge.test/node:{key}"
     out = cache_root() / "images" / f"node-{key}.tar"
     if not out.exists():
-        with _lock("archive"):
+        with image_lock("archive"):
             if not out.exists():
                 write_archive(ref, [base_layer(), app], out)
-                _prune("node-", keep=out.name)
+                prune("node-", keep=out.name)
     return Image(ref, out, key)
 
 
