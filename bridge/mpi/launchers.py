@@ -206,11 +206,31 @@ def tf_config(roles: str, topology: Topology, port: int) -> str:
     return json.dumps({"cluster": cluster, "task": task}, separators=(",", ":"))
 
 
+#: shells whose ``-c`` script may start torchrun itself
+SHELLS = ("sh", "bash", "dash", "ksh", "zsh")
+
+
 def calls_torchrun(command: Sequence[str]) -> bool:
-    """Whether the command starts torchrun itself: torchrun, or torchtune's ``tune run`` (which hands its
-    torchrun arguments on); either reads the PET_* variables."""
+    """Whether the command starts torchrun itself: torchrun, torchtune's ``tune run`` (which hands its
+    torchrun arguments on), or a shell script that runs torchrun as one of its commands (the Kubeflow SDK's
+    CustomTrainer writes the function to a file and runs ``torchrun <file>`` from ``bash -c``); each reads the
+    PET_* variables, and another torchrun around it would make every node a job of its own."""
     name = os.path.basename(command[0]) if command else ""
-    return name == "torchrun" or (name == "tune" and list(command[1:2]) == ["run"])
+    if name == "torchrun" or (name == "tune" and list(command[1:2]) == ["run"]):
+        return True
+    flags = command[1] if len(command) > 2 else ""
+    if name in SHELLS and flags.startswith("-") and not flags.startswith("--") and "c" in flags:
+        return script_runs_torchrun(command[2])
+    return False
+
+
+def script_runs_torchrun(script: str) -> bool:
+    """Whether a shell script runs torchrun as a command: first on a line or after ``;``, ``&``, ``|``, ``(``,
+    ``exec``, ``then``, ``do`` or ``else``, after any ``NAME=value`` assignments, by name or by path."""
+    import re
+
+    return re.search(r"(?:^|[;&|(]|\b(?:exec|then|do|else)\b)[ \t]*(?:[A-Za-z_]\w*=\S*[ \t]+)*"
+                     r"(?:[^\s;&|()]*/)?torchrun(?=[ \t]|$)", script, re.MULTILINE) is not None
 
 
 def flux_run_argv(topology: Topology, command: Sequence[str], gpus_per_node: int = 0) -> list[str]:

@@ -178,3 +178,27 @@ def test_a_node_whose_meeting_never_answers_stops_its_framework_and_exits_1(capf
 def test_a_framework_that_ends_first_keeps_its_own_code() -> None:
     point = rendezvous.Meeting("node1.invalid", 29500, 30.0, "torchrun master", 1)
     assert run_child([sys.executable, "-c", "raise SystemExit(3)"], {}, point) == 3
+
+
+#: the Kubeflow SDK's CustomTrainer command on a torch runtime (kubeflow 0.5.0's TORCH_COMMAND, filled in)
+SDK_COMMAND = ("bash", "-c", "\nread -r -d '' SCRIPT << EOM\n\ndef train():\n    print('hi')\n\ntrain()\n\nEOM\n"
+                             "printf \"%s\" \"$SCRIPT\" > \"train.py\"\ntorchrun \"train.py\"")
+
+
+@pytest.mark.parametrize(("command", "calls"), [
+    (SDK_COMMAND, True), (("sh", "-c", "cd /w && torchrun --standalone t.py"), True),
+    (("bash", "-ec", "OMP_NUM_THREADS=1 /opt/venv/bin/torchrun t.py"), True),
+    (("sh", "-c", "if true; then exec torchrun t.py; fi"), True), (("torchrun", "t.py"), True),
+    (("sh", "-c", "echo no torchrun here"), False), (("sh", "-c", "python3 torchrun.py"), False),
+    (("sh", "-c", "torchrun_helper t.py"), False), (("python3", "-c", "torchrun t.py"), False),
+    (("sh", "torchrun"), False), (("sh", "--c", "torchrun t.py"), False)])
+def test_a_shell_script_that_runs_torchrun_is_kubeflow_style(command: tuple[str, ...], calls: bool) -> None:
+    assert launchers.calls_torchrun(command) is calls
+
+
+def test_the_sdks_command_runs_as_it_is_with_pet_variables_naming_node_0s_address() -> None:
+    launch = spec(command=SDK_COMMAND)
+    topology = rendezvous.with_addresses(launch, slurm_topology(), SLURM_ENV, run=Scontrol())
+    assert launch_argv(launch, topology, "/nonexistent", None) == list(SDK_COMMAND)  # no torchrun around it
+    env = child_env(launch, {}, topology)
+    assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["PET_MASTER_ADDR"]) == ("2", "1", "127.0.0.1")

@@ -50,19 +50,33 @@ def node_address(slurm_cluster, name: str) -> str:
     return match.group(1)
 
 
-def test_kubeflow_style_torchrun_meets_at_the_node_address_not_its_name(adapter, slurm_cluster, tmp_path) -> None:
+def sdk_command(torchrun: str, code: str) -> list[str]:
+    """The command the Kubeflow SDK's CustomTrainer gives a torch runtime (kubeflow 0.5.0's TORCH_COMMAND):
+    bash writes the function to a file and runs torchrun on it, which reads the PET_* variables."""
+    return ["bash", "-c", f"\nread -r -d '' SCRIPT << EOM\n\n{code}\nEOM\n"
+                          f"printf \"%s\" \"$SCRIPT\" > \"train_fn.py\"\n{torchrun} \"train_fn.py\""]
+
+
+@pytest.mark.parametrize("style", ["torchrun", "sdk"])
+def test_kubeflow_style_torchrun_meets_at_the_node_address_not_its_name(adapter, slurm_cluster, tmp_path,
+                                                                        style) -> None:
     pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh --all installs it)")
     # the case this is about: Slurm's name for node 0 does not resolve here; its NodeAddr does
     assert not resolves("node1") and node_address(slurm_cluster, "node1") == "127.0.0.1"
-    (tmp_path / "train.py").write_text(ALL_REDUCE)
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    job = trainjob("torch-meets", [torchrun, "train.py"], nodes=2, runtime=RUNTIMES["torch-distributed"],
+    if style == "sdk":
+        command = sdk_command(torchrun, ALL_REDUCE)
+    else:
+        (tmp_path / "train.py").write_text(ALL_REDUCE)
+        command = [torchrun, "train.py"]
+    job = trainjob(f"torch-meets-{style}", command, nodes=2, runtime=RUNTIMES["torch-distributed"],
                    deadline=600, annotations={"hpcbridge.io/workdir": str(tmp_path)})
     _plan, ref = submit(adapter, job, RUNTIMES["torch-distributed"])
     status = wait_for(adapter, ref, finished, timeout=240)
     text = "".join(adapter.logs(ref))
     assert status.state == JobState.SUCCEEDED, text
     assert "cannot be retrieved" not in text
+    # one job of two ranks (not two jobs of one): both add 1 + 2
     assert sorted(re.findall(r"rank \d master \S+ sum \d+", text)) == [
         "rank 0 master 127.0.0.1 sum 3", "rank 1 master 127.0.0.1 sum 3"], text
 
