@@ -141,7 +141,9 @@ def layer_tar(directory: Path, out: Path, log: Path, mtime: int | None = None) -
     same files make the same bytes, whenever and wherever they are tarred."""
     fixed = ["--sort=name", f"--mtime=@{mtime}", "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime"
              ] if mtime is not None else []
-    run_logged(["tar", "--numeric-owner", "--xattrs", *fixed, "-C", str(directory), "-cf", str(out), "."], log)
+    # the overlay's own bookkeeping (trusted.overlay.*, on an upper directory) is no file's attribute
+    run_logged(["tar", "--numeric-owner", "--xattrs", "--xattrs-exclude=trusted.overlay.*", *fixed, "-C",
+                str(directory), "-cf", str(out), "."], log)
     digest = hashlib.sha256()
     with open(out, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
