@@ -69,7 +69,12 @@ def launch_argv(spec: LaunchSpec, topology: discovery.Topology, workdir: str,
     if spec.launcher == "torchrun":
         if launchers.calls_torchrun(spec.command):
             return list(spec.command)  # Kubeflow style: the command runs torchrun, which reads PET_* (child_env)
-        return launchers.torchrun_argv(topology, spec.command, spec.rdzv_port, spec.job_id)
+        command = list(spec.command)
+        if tag_output and chunks_workers(spec):
+            from bridge.mpi import rankchunks
+
+            command = rankchunks.wrap(command)
+        return launchers.torchrun_argv(topology, command, spec.rdzv_port, spec.job_id)
     if spec.launcher == "flux":
         if topology.rank != 0:
             return None
@@ -177,9 +182,17 @@ def run_child(argv: Sequence[str], env: Mapping[str, str], meeting: rendezvous.M
         return failed if failed is not None else child.wait(meeting)
 
 
+def chunks_workers(spec: LaunchSpec) -> bool:
+    """Whether torchrun's workers on this node write through bridge.mpi.rankchunks: they share torchrun's pipe
+    where there are several, and the command is not one that runs torchrun itself."""
+    return (spec.launcher == "torchrun" and spec.procs_per_node > 1
+            and not launchers.calls_torchrun(spec.command))
+
+
 def writers(spec: LaunchSpec, topology: discovery.Topology) -> int:
     """How many processes of the job write output: a tag tells them apart only where there are several."""
-    return len(topology.hosts) * (spec.procs_per_node if spec.launcher in MPI or spec.framework else 1)
+    per_node = spec.launcher in MPI or spec.framework or chunks_workers(spec)
+    return len(topology.hosts) * (spec.procs_per_node if per_node else 1)
 
 
 def tags_output(spec: LaunchSpec, topology: discovery.Topology, env: Mapping[str, str]) -> bool:
@@ -214,13 +227,17 @@ def run_relayed(argv: Sequence[str], env: Mapping[str, str], relay: LineRelay, o
 def run_tagged(spec: LaunchSpec, topology: discovery.Topology, argv: Sequence[str], env: Mapping[str, str],
                meeting: rendezvous.Meeting | None = None) -> int:
     """This node's launch with each line tagged: an MPI launcher's ranks by the tags it writes (it tags chunks,
-    not lines: RankLines joins each rank's chunks into whole lines), any other command by this node."""
+    not lines: RankLines joins each rank's chunks into whole lines), torchrun's workers by the chunks
+    bridge.mpi.rankchunks tags for them, any other command by this node."""
     from bridge.mpi.group import HYDRA_TAG, OPENMPI_TAG, LineRelay, RankLines
 
     relay = LineRelay(node_label(topology.rank))
-    if spec.launcher in MPI:
-        tag = OPENMPI_TAG if spec.launcher == "openmpi" else HYDRA_TAG
-        outputs = relay.pipe(split=lambda: RankLines(tag, lambda rank: rank_label(rank, spec.procs_per_node)))
+    if spec.launcher in MPI or chunks_workers(spec):
+        from bridge.mpi.rankchunks import CHUNK_TAG
+
+        tag = CHUNK_TAG if spec.launcher == "torchrun" else OPENMPI_TAG if spec.launcher == "openmpi" else HYDRA_TAG
+        own = node_label(topology.rank) if spec.launcher == "torchrun" else b""  # torchrun's own lines
+        outputs = relay.pipe(split=lambda: RankLines(tag, lambda rank: rank_label(rank, spec.procs_per_node), own))
     else:
         outputs = relay.pipe()
     return run_relayed(argv, env, relay, outputs, meeting)

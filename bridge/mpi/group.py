@@ -138,14 +138,16 @@ class RankLines:
     The launchers tag every chunk a rank writes, not every line, so two ranks' halves of lines come out
     interleaved (``[1,0]<stdout>:rank 0 A [1,1]<stdout>:rank 1 A [1,0]<stdout>:B``); here each rank's text is
     kept apart until its newline. Text after a newline with no tag is the launcher's own (its error messages):
-    it goes out unlabelled. A tag right after another is the rank's text, not a second tag (a rank printing
+    it goes out under *own*. A tag right after another is the rank's text, not a second tag (a rank printing
     ``[1] …`` under Hydra); a tag-shaped text in the middle of a rank's line cannot be told from one."""
 
-    def __init__(self, tag: bytes, label: Callable[[int], bytes]) -> None:
+    def __init__(self, tag: bytes, label: Callable[[int], bytes], own: bytes = b"") -> None:
+        """*own*: the label of the launcher's own lines (none by default)."""
         import re
 
         self._tag = re.compile(tag)
         self._label = label
+        self._own = own
         self._pending = b""
         self._rank: int | None = None
         self._partial: dict[int | None, bytes] = {}
@@ -198,7 +200,7 @@ class RankLines:
         return b"".join(out)
 
     def _line(self, rank: int | None, text: bytes) -> bytes:
-        return (b"" if rank is None else self._label(rank)) + text + b"\n"
+        return (self._own if rank is None else self._label(rank)) + text + b"\n"
 
 
 class LineRelay:
