@@ -33,19 +33,20 @@ def _operator_documents() -> list[dict]:
 
 
 def rbac() -> dict:
-    """The Roles and ClusterRoles by name, each with its rules and its bindings' kinds (the chart binds each as
-    manifests/operator does, to the release's ServiceAccount in the release's namespace)."""
+    """The Roles and ClusterRoles by name, each with its rules and its bindings' kinds and names (the chart binds
+    each as manifests/operator does, to the release's ServiceAccount in the release's namespace)."""
     documents = _operator_documents()
-    bound: dict[tuple[str, str], list[str]] = {}
+    bound: dict[tuple[str, str], list[dict]] = {}
     for doc in documents:
         if doc["kind"] in ("RoleBinding", "ClusterRoleBinding"):
-            bound.setdefault((doc["roleRef"]["kind"], doc["roleRef"]["name"]), []).append(doc["kind"])
+            bound.setdefault((doc["roleRef"]["kind"], doc["roleRef"]["name"]), []).append(
+                {"kind": doc["kind"], "name": doc["metadata"]["name"]})
     roles: dict[str, dict] = {"clusterRoles": {}, "roles": {}}
     for doc in documents:
         if doc["kind"] in ("Role", "ClusterRole"):
             name = doc["metadata"]["name"]
             section = "clusterRoles" if doc["kind"] == "ClusterRole" else "roles"
-            roles[section][name] = {"rules": doc["rules"], "bindings": sorted(bound.get((doc["kind"], name), []))}
+            roles[section][name] = {"rules": doc["rules"], "bindings": bound.get((doc["kind"], name), [])}
     return roles
 
 

@@ -32,10 +32,12 @@ def test_the_charts_crds_and_rbac_are_generated_from_manifests() -> None:
 def test_the_chart_carries_every_role_of_the_operators_kustomization() -> None:
     rbac = yaml.safe_load((CHART / "files" / "rbac.yaml").read_text())
     assert {"hpcbridge-operator", "hpcbridge-operator-jobs"} <= set(rbac["clusterRoles"])
-    assert rbac["clusterRoles"]["hpcbridge-operator"]["bindings"] == ["ClusterRoleBinding"]
+    assert rbac["clusterRoles"]["hpcbridge-operator"]["bindings"] == [
+        {"kind": "ClusterRoleBinding", "name": "hpcbridge-operator"}]
     # the jobs role is bound per namespace (values.jobNamespaces), never cluster-wide
     assert rbac["clusterRoles"]["hpcbridge-operator-jobs"]["bindings"] == []
-    assert rbac["roles"]["hpcbridge-operator-credentials"]["bindings"] == ["RoleBinding"]
+    assert rbac["roles"]["hpcbridge-operator-credentials"]["bindings"] == [
+        {"kind": "RoleBinding", "name": "hpcbridge-operator-credentials"}]
 
 
 def test_the_charts_version_and_default_image_tag_are_the_projects() -> None:
