@@ -10,7 +10,7 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from bridge.cli.output import note, print_artifact, report, retry, show_change
-from bridge.cli.progress import StatusLine
+from bridge.cli.progress import job_status_line
 from bridge.errors import AlreadyRan
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(submitted.ref.job_id)
     if not args.wait:
         return 0
-    with StatusLine(f"{plan.namespace}/{plan.name}", "Pending") as line:
+    with job_status_line(plan, submitted.ref.uid, "Pending") as line:
         def changed(status: JobStatus) -> None:
             show_change(status)
             line.update(status.state.value)
@@ -75,7 +75,7 @@ def _run_here(prepared: Prepared) -> int:
                          ref.job_id, "Running")
     print(ref.job_id, flush=True)  # the first line of stdout, as every backend's submit prints it
     with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)), \
-            StatusLine(f"{plan.namespace}/{plan.name}", "Running"):
+            job_status_line(plan, ref.uid, "Running"):
         status = adapter.wait(ref)
     print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
           file=sys.stderr)

@@ -1,13 +1,16 @@
-"""The shared staging cache of a cluster, as ``cache list`` and ``cache prune`` show it."""
+"""The shared staging cache of a cluster, as ``cache list`` and ``cache prune`` show it, and a job's stage step
+as a live status line follows it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge.errors import InvalidSpec
 from bridge.service.targets import clusters
 
 if TYPE_CHECKING:
+    from bridge.plan import LaunchPlan
     from bridge.staging.cache import CacheEntry
 
 
@@ -49,3 +52,16 @@ def cache_prune(directory: str, older_than: float | None, dry_run: bool = False)
     from bridge.staging.cache import StageCache
 
     return [_entry_row(entry) for entry in StageCache(directory).prune(older_than, dry_run=dry_run)]
+
+
+def staging_phase(plan: LaunchPlan, uid: str) -> Callable[[], dict[str, Any] | None] | None:
+    """The phase document of job *uid*'s stage step (bridge.staging.phase), read again at each call where this
+    machine sees the cluster's stagingDir (the local cluster's; a shared one this machine mounts; else None
+    each time); None for a plan that stages nothing there (no initializers, or Kubernetes' volumes)."""
+    staging = plan.staging
+    if staging is None or not staging.dir:
+        return None
+    from bridge.staging.phase import read_phase
+
+    directory, tenant = staging.dir, staging.tenant
+    return lambda: read_phase(directory, uid, tenant)

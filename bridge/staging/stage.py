@@ -3,8 +3,8 @@
 Each source (dataset, then model) is resolved to its current version, taken from the shared cache or
 downloaded into it, and linked as ``<stagingDir>/jobs/<uid>/<role>`` (what HPCBRIDGE_DATASET_DIR and
 HPCBRIDGE_MODEL_DIR name). ``jobs/<uid>/initializer.json`` says how far it got, for ``status``: the role being
-fetched, ``ready``, or ``failed`` with the initializer, its URI and the reason. A failure exits
-:data:`STAGE_FAILED`, so the batch script ends there and the trainer never starts.
+fetched (with the bytes it has written so far), ``ready``, or ``failed`` with the initializer, its URI and the
+reason. A failure exits :data:`STAGE_FAILED`, so the batch script ends there and the trainer never starts.
 
 A tenant's job (``--tenant``, from the operator) stages under ``<stagingDir>/tenants/<tenant>/``: its own
 ``cache/`` and ``jobs/``, in a folder that must be its user's and is kept 0700, everything in it written
@@ -29,10 +29,12 @@ from typing import Any
 from bridge.api.names import check_dns1123_label
 from bridge.api.storage import ROLES, StageSource, parse_storage_uri, secret_name_problem
 from bridge.errors import InvalidSpec
-from bridge.staging.cache import StageCache, cache_key
+from bridge.staging.cache import StageCache, cache_key, tree_size
 from bridge.staging.phase import PHASE_FILE, job_root
 from bridge.staging.sources import StageError, resolve
 
+#: how often a download's progress (its bytes so far) goes into the phase file
+PROGRESS_INTERVAL = 1.0
 #: the stage step's exit code when an initializer failed
 STAGE_FAILED = 3
 DEFAULT_SECRETS_DIR = "~/.config/hpcbridge/secrets"
@@ -176,7 +178,8 @@ class Stager:
                 key = cache_key(source.uri, resolved.version, resolved.selection, resolved.origin,
                                 self.scope(source, settings))
                 waiting = f"hpcbridge: {source.role}: another job is downloading {source.uri}; waiting"
-                entry, hit = cache.fill(key, source.uri, resolved.version, resolved.download,
+                report = partial(self.phase, phase=source.role, uri=source.uri)
+                entry, hit = cache.fill(key, source.uri, resolved.version, reporting(resolved.download, report),
                                         on_wait=partial(self.say, waiting), origin=resolved.origin)
                 target, size = entry.data, entry.bytes
             _link(link, target)
@@ -190,6 +193,35 @@ class Stager:
         the S3 key id (never a secret value)."""
         return {"tenant": self.tenant, "namespace": self.namespace if self.tenant else None,
                 "secret": source.secret, "keyId": settings.get("ACCESS_KEY_ID") or None}
+
+
+def reporting(download: Callable[[Path], None], report: Callable[..., None],
+              interval: float = PROGRESS_INTERVAL) -> Callable[[Path], None]:
+    """*download* that, while it runs, calls ``report(bytes=…)`` every *interval* seconds with what it has
+    written so far (the bytes under its folder, whatever the source), for the phase file and so for a live
+    status line."""
+    def run(into: Path) -> None:
+        import threading
+
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(interval):
+                try:
+                    written = tree_size(into)[0]
+                except OSError:  # a file renamed or removed while counted: the next sample counts it
+                    continue
+                report(bytes=written)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            download(into)
+        finally:
+            done.set()
+            sampler.join()
+
+    return run
 
 
 def _describe(outcome: Outcome, in_place: bool) -> str:
