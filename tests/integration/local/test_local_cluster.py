@@ -88,6 +88,29 @@ def test_torch_example_ddp() -> None:
     assert "[node-0]" in result.stdout and "[node-1]" in result.stdout
 
 
+def test_torchruns_workers_on_one_node_come_out_whole_and_tagged(tmp_path: Path) -> None:
+    """2 nodes x 2 workers under an unbuffered Python: a node's workers share torchrun's pipe, and their lines
+    come out whole, each after its node and torchrun's global rank; torchrun's own lines after its node."""
+    import re
+
+    import yaml
+
+    pytest.importorskip("torch")
+    (doc,) = yaml.safe_load_all((ROOT / "examples" / "torch-ddp.yaml").read_text())
+    doc["metadata"]["annotations"]["hpcbridge.io/workdir"] = str(ROOT / "examples")
+    doc["spec"]["trainer"].update(numProcPerNode=2, env=[{"name": "PYTHONUNBUFFERED", "value": "1"}])
+    path = tmp_path / "torch-ddp-2x2.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = submit(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()[1:]  # after the job's id
+    assert sorted(line for line in lines if "grad=" in line) == [
+        f"[node-{rank // 2} rank-{rank}] worker {rank}/4 (node {rank // 2}): grad=2.500 expected=2.500"
+        for rank in range(4)]
+    assert "[node-0 rank-0] ddp allreduce result: 10.000 OK" in lines and len(lines) == 5, lines
+    assert all(re.match(r"\[node-[01]\] ", line) for line in result.stderr.splitlines()[:-1]), result.stderr
+
+
 def test_exit_code_is_the_jobs(tmp_path: Path) -> None:
     result = submit(trainjob(tmp_path, "fails", ["sh", "-c", "echo before; exit 3"]))
     assert result.returncode == 3
