@@ -54,14 +54,21 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 printf '%s\n' "$checkout" > "$venv/checkout"
-# a venv whose checkout is gone (a CI clone, a removed worktree) goes too: each --all venv is about 6 GB
+# venvs whose checkout this machine no longer sees (a removed clone; each --all venv is about 6 GB) are named,
+# not removed: a home shared with other machines or containers may hold a checkout that is only theirs
 for other in "$HOME"/.cache/hpcbridge/venvs/*/; do
   other="${other%/}"
   [ -f "$other/checkout" ] && [ "$other" != "$venv" ] && [ ! -d "$(cat "$other/checkout")" ] || continue
-  echo "setup: removing $other (its checkout $(cat "$other/checkout") is gone)" >&2
-  rm -rf "$other"
+  echo "setup: note: $other is the venv of $(cat "$other/checkout"), not found here; rm -rf it if that is gone" >&2
 done
-[ "$(cd .venv 2>/dev/null && pwd -P)" = "$(cd "$venv" && pwd -P)" ] || { rm -f .venv; ln -sfn "$venv" .venv; }
+if [ "$(cd .venv 2>/dev/null && pwd -P)" != "$(cd "$venv" && pwd -P)" ]; then
+  if [ -d .venv ] && [ ! -L .venv ]; then
+    echo "setup: .venv is a venv directory of its own, not $venv: remove it, or leave HPCBRIDGE_VENV unset" >&2
+    exit 2
+  fi
+  rm -f .venv
+  ln -s "$venv" .venv
+fi
 
 pip=("$venv/bin/python" -m pip install -q)
 # compat editable mode: a plain path entry instead of an import hook every Python start-up pays for (~10 ms,

@@ -63,9 +63,9 @@ def test_each_checkout_runs_its_own_code(tmp_path: Path) -> None:
         assert _imported_from(checkout) == checkout.resolve() / "bridge" / "__init__.py"
         assert venv.parent == home.resolve() / ".cache" / "hpcbridge" / "venvs"
     assert venvs[0] != venvs[1]
-    # set up again: the second keeps its venv, and the first's venv goes with its checkout
+    # set up again: the second keeps its venv, and names the first's, whose checkout is gone
     shutil.rmtree(first)
     again = _setup(second, env)
     assert "setup: creating" not in again
     assert (second / ".venv").resolve() == venvs[1]
-    assert not venvs[0].exists()
+    assert f"setup: note: {venvs[0]} is the venv of {first.resolve()}, not found here" in again
