@@ -10,6 +10,7 @@ has a control plane of its own (no nodes: the operator's pods are only scheduled
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -196,8 +197,8 @@ def test_helm_install_and_uninstall_keep_the_crds_and_trainjobs(tools: Tools) ->
 
 
 def test_beside_upstream_trainer_neither_install_touches_trainers_crds(tools: Tools) -> None:
-    """Trainer v2.3's own CRDs, applied as its install applies them: the chart (which skips CRDs that exist) and
-    the beside-trainer overlay install around them, and uninstalling either leaves them as Trainer made them."""
+    """Trainer v2.3's own CRDs, applied as its install applies them: the beside-trainer overlay, and the chart
+    with --skip-crds, install around them, and uninstalling either leaves them as Trainer made them."""
     trainer_crds = module_dir(component("trainer")) / "manifests" / "base" / "crds"
     for path in sorted(trainer_crds.glob("trainer.kubeflow.org_*.yaml")):
         tools.kubectl("apply", "--server-side", "--field-manager=kubeflow-trainer", "-f", str(path))
@@ -221,8 +222,44 @@ def test_beside_upstream_trainer_neither_install_touches_trainers_crds(tools: To
     assert tools.live(BESIDE_TRAINER) == set()
     untouched()
 
-    tools.helm("install", "hpcbridge", str(CHART), "--namespace", "hpcbridge-system", "--create-namespace")
+    # helm 4 applies crds/ server-side: Trainer's own CRDs conflict, so the install is refused and changes nothing
+    refused = tools.helm("install", "refused", str(CHART), "--namespace", "hpcbridge-system", "--create-namespace",
+                         ok=False)
+    assert refused.returncode != 0 and 'conflict with "kubeflow-trainer"' in refused.stderr, refused.stderr
+    untouched()
+    tools.helm("uninstall", "refused", "--namespace", "hpcbridge-system", ok=False)  # if it left a record
+    # what docs/operator-install.md says to do beside Trainer: BridgeCluster's CRD by kubectl, then --skip-crds
+    tools.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "hpcbridge.io_bridgeclusters.yaml"))
+    tools.helm("install", "hpcbridge", str(CHART), "--namespace", "hpcbridge-system", "--create-namespace",
+               "--skip-crds")
     assert tools.crd("bridgeclusters.hpcbridge.io") is not None
     untouched()
     tools.helm("uninstall", "hpcbridge", "--namespace", "hpcbridge-system", "--wait", "--timeout", "120s")
     untouched()
+
+
+def test_the_servicemonitor_component_and_value_scrape_the_metrics_service(tools: Tools) -> None:
+    """A kustomization of the user's own adding components/servicemonitor, and the chart's serviceMonitor.enabled,
+    make the same ServiceMonitor, and it selects the metrics Service's port with the metrics token."""
+    own = tools.home / "site" / "hpc-bridge"
+    own.mkdir(parents=True)
+    manifests = Path(os.path.relpath(ROOT / "manifests", own))  # kustomize takes relative paths only
+    (own / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [str(manifests / "overlays" / "standalone")],
+        "components": [str(manifests / "components" / "servicemonitor")]}))
+    built = tools.built(own)
+    monitor = _by_kind(built, "ServiceMonitor")["hpcbridge-operator"]
+    service = _by_kind(built, "Service")["hpcbridge-operator-metrics"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] in {port["name"] for port in service["spec"]["ports"]}
+    assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"] == \
+        {"name": "hpcbridge-metrics-token", "key": "token"}
+    assert ("ServiceMonitor", "hpcbridge-operator") not in _kinds_and_names(tools.built(STANDALONE))
+    rendered = [doc for doc in yaml.safe_load_all(tools.helm(
+        "template", "hpcbridge", str(CHART), "--namespace", "hpcbridge-system",
+        "--set", "serviceMonitor.enabled=true").stdout) if doc]
+    assert _by_kind(rendered, "ServiceMonitor")["hpcbridge-operator"]["spec"] == monitor["spec"]
+    refused = tools.helm("template", "hpcbridge", str(CHART), "--set", "serviceMonitor.enabled=true",
+                         "--set", "metrics.enabled=false", ok=False)
+    assert refused.returncode != 0 and "serviceMonitor.enabled needs metrics.enabled" in refused.stderr
