@@ -66,17 +66,20 @@ def _run_here(prepared: Prepared) -> int:
     runs the job in the foreground: Ctrl-C (or SIGTERM) cancels it."""
     from bridge import service
 
-    # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
-    submitted = service.submit(prepared, if_finished="rerun", on_wait=note)
-    adapter, ref, plan = prepared.adapter, submitted.ref, prepared.plan
-    if submitted.existing:
-        raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
-                         f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
-                         ref.job_id, "Running")
-    print(ref.job_id, flush=True)  # the first line of stdout, as every backend's submit prints it
-    with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)), \
-            job_status_line(plan, ref.uid, "Running"):
-        status = adapter.wait(ref)
+    adapter, plan = prepared.adapter, prepared.plan
+    # the line shows from the start: a foreground submit runs the stage step before it returns
+    with job_status_line(plan, plan.uid, "Pending") as line:
+        # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
+        submitted = service.submit(prepared, if_finished="rerun", on_wait=note)
+        ref = submitted.ref
+        if submitted.existing:
+            raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job "
+                             f"{ref.job_id}; `hpcbridge logs -f {ref.job_id} --cluster local` follows it, "
+                             "`hpcbridge cancel` stops it", ref.job_id, "Running")
+        print(ref.job_id, flush=True)  # the first line of stdout, as every backend's submit prints it
+        line.update("Running")
+        with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)):
+            status = adapter.wait(ref)
     print(f"hpcbridge: {plan.namespace}/{plan.name} {status.state.value} (exit code {status.exit_code})",
           file=sys.stderr)
     return service.exit_code(status)
