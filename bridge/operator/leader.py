@@ -96,6 +96,8 @@ class Elector:
         self.renewed_at = 0.0
         #: whether a read of the Lease has ever succeeded (a standby that cannot reach the API is not ready)
         self.reached = False
+        #: the last failed attempt's error ("" once one succeeds)
+        self.error = ""
 
     @property
     def active(self) -> bool:
@@ -109,8 +111,11 @@ class Elector:
         try:
             held = self._try()
         except Exception as exc:  # an API error is a failed attempt: the deadline decides what it means
-            log.debug("lease: %s", exc)
-            held = False
+            if str(exc) != self.error:  # once per kind of trouble, not every retry
+                log.warning("leader election: the Lease cannot be read or written: %s", _one_line(exc))
+            self.error, held = str(exc), False
+        else:
+            self.error = ""
         if self.state == ACTIVE and not held and self.clock() - self.renewed_at > self.timing.renew_deadline:
             self.state = STOPPED
         elif held:
@@ -214,6 +219,13 @@ def _record(lease: Any) -> LeaseRecord:
     spec = lease.spec
     return LeaseRecord(spec.holder_identity or None, spec.lease_duration_seconds or 1, spec.lease_transitions or 0,
                        spec.acquire_time, spec.renew_time, lease.metadata.resource_version)
+
+
+def _one_line(exc: Exception) -> str:
+    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None:  # the kubernetes client's ApiException prints headers and body on many lines
+        return f"HTTP {status} {reason}"
+    return " ".join(str(exc).split())[:300]
 
 
 def default_identity() -> str:
