@@ -239,6 +239,12 @@ class Adapter(ABC):
 
     # --- talking to the backend --------------------------------------------------------------------
 
+    def dry_run(self, artifact: Artifact) -> None:  # noqa: B027 - a backend whose scheduler can be asked overrides it
+        """Ask the scheduler whether it would take *artifact*, exactly as ``submit`` sends it, sending nothing
+        (sbatch ``--test-only``, a server-side dry run); refuse as ``submit`` would, with its error and message.
+        Only ``--dry-run`` calls it: ``render`` stays offline, and ``submit`` gets the answer by sending."""
+
+
     @abstractmethod
     def submit(self, artifact: Artifact) -> JobRef:
         """Send the artifact, unconditionally (the layer looks the uid up first); return its reference."""

@@ -25,6 +25,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                               sbatch_flags=args.sbatch_flags, queue=args.queue)
     report(prepared.notes)
     if args.dry_run:
+        service.dry_run(prepared, retry=retry())
         print_artifact(prepared.artifact, args.output)
         return 0
     plan = prepared.plan

@@ -8,7 +8,7 @@ builds a LaunchPlan or reaches into an adapter. What lives here and nowhere else
 - bounded retries of transient backend errors (``BackendUnavailable``), reported, then raised.
 
 One module per step: ``inputs`` (read a file), ``targets`` (clusters and their adapters), ``preparation``
-(plan and render), ``submission`` (send), ``jobs`` (status, follow, cancel, logs), ``migration`` (move a job
+(plan and render), ``submission`` (send, or ask as sending would: ``dry_run``), ``jobs`` (status, follow, cancel, logs), ``migration`` (move a job
 to another cluster), ``retries``, ``staging_cache``.
 """
 
@@ -46,6 +46,7 @@ from bridge.service.staging_cache import cache_entries, cache_prune, staging_dir
 from bridge.service.submission import (
     IfFinished,
     Submitted,
+    dry_run,
     submit,
     submit_array,
     submit_many,
@@ -63,7 +64,7 @@ from bridge.service.targets import (
 __all__ = [
     "NO_RETRY", "RESUME_ENV", "Follow", "IfFinished", "Input", "Moved", "Prepared", "Retry", "Submitted",
     "add_resume_env", "backend_cluster", "cache_entries", "cache_prune", "cancel", "cancel_ref", "check",
-    "cluster_adapter", "clusters", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "logs",
+    "cluster_adapter", "clusters", "dry_run", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "logs",
     "migrate", "move", "move_record", "owned_job", "parse_stop_signal", "poll", "prepare", "queued", "read_input", "render",
     "stop_and_remove", "stop_to_move", "staging_dir", "status", "status_documents", "submit", "submit_array", "submit_many",
     "tenant_adapter", "wait_for_dependency",

@@ -48,6 +48,14 @@ def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retr
     return submit_many([prepared], if_finished=if_finished, retry=retry)[0]
 
 
+def dry_run(prepared: Prepared, *, retry: Retry = NO_RETRY) -> None:
+    """The first half of ``submit``: the scheduler is asked about each artifact submit would send (an array's
+    elements, one by one), and nothing is sent; its refusal is the one ``submit`` would raise. What a dry run
+    prints is ``prepared.artifact``, what ``submit`` sends."""
+    for element in prepared.elements or (prepared,):
+        retry.call(partial(element.adapter.dry_run, element.artifact))
+
+
 def wait_for_dependency(adapter: Adapter, spec: str, plan: LaunchPlan, *, retry: Retry = NO_RETRY,
                         on_wait: Callable[[str], None] | None = None, poll_seconds: float = 1.0,
                         sleep: Callable[[float], None] = time.sleep) -> None:

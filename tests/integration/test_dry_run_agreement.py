@@ -59,7 +59,7 @@ class Ran:
         return [line for line in self.err.splitlines() if line.startswith("hpcbridge: error:")]
 
 
-def _cli(argv: list[str]) -> Ran:
+def run_cli(argv: list[str]) -> Ran:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -92,8 +92,8 @@ def sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Artifact]:
 
 
 def _agree(file: str, flags: tuple[str, ...], cluster: str, sent: list[Artifact]) -> None:
-    dry = _cli(["submit", file, "--cluster", cluster, "--dry-run", *flags])
-    real = _cli(["submit", file, "--cluster", cluster, *flags])
+    dry = run_cli(["submit", file, "--cluster", cluster, "--dry-run", *flags])
+    real = run_cli(["submit", file, "--cluster", cluster, *flags])
     assert (real.code, real.errors) == (dry.code, dry.errors), (dry, real)
     if dry.code:
         assert real.err == dry.err
@@ -102,16 +102,16 @@ def _agree(file: str, flags: tuple[str, ...], cluster: str, sent: list[Artifact]
     assert real.err.startswith(dry.err), (dry.err, real.err)
     assert sent, "submit exited 0 and sent nothing"
     script = service.read_input(file, flags).script is not None
-    assert _sent_text(sent, dry.out, fresh_uids=script) == dry.out
+    assert sent_text(sent, dry.out, fresh_uids=script) == dry.out
 
 
-def _sent_text(sent: list[Artifact], printed: str, fresh_uids: bool) -> str:
+def sent_text(sent: list[Artifact], printed: str, fresh_uids: bool) -> str:
     """What submit sent, as the dry run prints it (an array's elements together). A batch script is a new
     job each time it is submitted, as with sbatch (*fresh_uids*): its uids (the job's, an array's) are the one
     thing that differs, so each uid submit gave is written as the one the dry run printed in its place, one
     for one, before the texts are compared."""
     first = sent[0]
-    text = Artifact(first.backend, first.kind, first.plan, tuple(f for a in sent for f in a.files)).text()
+    text = Artifact(first.backend, first.kind, first.plan, tuple(f for a in sent for f in a.files), first.command).text()
     if not fresh_uids:
         return text
     given, shown = UUID.findall(text), UUID.findall(printed)
@@ -140,8 +140,8 @@ def test_dry_run_and_submit_agree_on_the_fuzz_scripts(case, cluster: str, sent: 
 def test_auto_takes_the_local_cluster_for_what_it_runs(path: Path, sent: list[Artifact]) -> None:
     """With only the local cluster configured, ``--cluster auto`` runs what ``--cluster local`` runs, the same
     layout, and refuses the rest with local's reason."""
-    local = _cli(["submit", str(path), "--cluster", "local", "--dry-run"])
-    auto = _cli(["submit", str(path), "--cluster", "auto", "--dry-run"])
+    local = run_cli(["submit", str(path), "--cluster", "local", "--dry-run"])
+    auto = run_cli(["submit", str(path), "--cluster", "auto", "--dry-run"])
     assert auto.code == local.code, (local, auto)
     if local.code:
         reason = local.errors[0].removeprefix("hpcbridge: error: ")

@@ -24,6 +24,18 @@ def hpcbridge(*args: str, stdin: str | None = None, env: dict | None = None) -> 
                           env=full_env, cwd=ROOT, timeout=120)
 
 
+def slurm_that_takes_test_only(tmp_path: Path) -> dict[str, str]:
+    """PATH with an ``sbatch`` that answers ``--test-only`` with yes and refuses anything else: a dry run on a
+    Slurm cluster asks sbatch --test-only (the real scheduler's answers: tests/integration/slurm)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text('#!/bin/sh\ncase " $* " in *" --test-only "*) exit 0;; esac\n'
+                      'echo "sbatch: error: a dry run submitted" >&2\nexit 1\n')
+    sbatch.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+
+
 @pytest.fixture(autouse=True)
 def _isolated_config(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -143,7 +155,7 @@ def test_sbatch_flags_override_script_and_yaml(tmp_path: Path) -> None:
     config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
                       "spec: {type: slurm}\n")
     overridden = hpcbridge("submit", str(path), "--dry-run", "--cluster", "hpc", "-N", "3", "-o", "json",
-                           env={"HPCBRIDGE_CONFIG": str(config)})
+                           env={"HPCBRIDGE_CONFIG": str(config), **slurm_that_takes_test_only(tmp_path)})
     assert overridden.returncode == 0, overridden.stderr
     sent = json.loads(overridden.stdout)
     assert sent["command"][:4] == ["sbatch", "--parsable", "-N", "3"] and sent["command"][-1] == str(path)
@@ -205,7 +217,7 @@ def test_short_flags_mean_the_same_on_submit_and_sbatchs_go_after_the_separator(
     config = tmp_path / "clusters.yaml"
     config.write_text("apiVersion: hpcbridge.io/v1alpha1\nkind: BridgeCluster\nmetadata: {name: hpc}\n"
                       "spec: {type: slurm}\n")
-    env = {"HPCBRIDGE_CONFIG": str(config)}
+    env = {"HPCBRIDGE_CONFIG": str(config), **slurm_that_takes_test_only(tmp_path)}
     # -c is --cluster and -o is --output, as on every other subcommand: sbatch's meanings are refused with a hint
     cpus = one_line_error(hpcbridge("submit", str(path), "--dry-run", "-c", "4", env=env), 2)
     assert "'4' is not a cluster name" in cpus and "go after --" in cpus

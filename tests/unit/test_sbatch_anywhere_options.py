@@ -116,7 +116,11 @@ def test_every_corpus_line_is_mapped_noted_or_refused_by_name_on_each_backend(ca
     print("\n" + "\n".join(summary))
 
 
-def test_the_example_script_runs_off_slurm_with_one_note_for_its_mail_line(capsys, tmp_path) -> None:
+def test_the_example_script_runs_off_slurm_with_one_note_for_its_mail_line(capsys, tmp_path, monkeypatch) -> None:
+    from bridge import service
+
+    # no scheduler here to ask: what each one answers a dry run is tested on the daemons (tests/integration)
+    monkeypatch.setattr(service, "dry_run", lambda prepared, retry=None: None)
     example = str(ROOT / "examples/train.sbatch")
     for backend, name in CLUSTERS.items():
         code, notes, errors = run(capsys, "render", example, "--cluster", name)

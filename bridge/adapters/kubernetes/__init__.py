@@ -10,6 +10,7 @@ import base64
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -156,8 +157,14 @@ class KubernetesAdapter(Adapter):
     def submit(self, artifact: Artifact) -> JobRef:
         return self._create_all(artifact)
 
-    def _create_all(self, artifact: Artifact) -> JobRef:
+    def dry_run(self, artifact: Artifact) -> None:
+        """Every object submit would create, created with ``dryRun=All``: the API server runs its validation and
+        every admission webhook (JobSet's, a policy engine's, Kueue's) and its quota, and stores nothing."""
+        self._create_all(artifact, dry_run=True)
+
+    def _create_all(self, artifact: Artifact, dry_run: bool = False) -> JobRef:
         plan = artifact.plan
+        sent: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         namespace = self._namespace(plan.namespace)
         # the policy once more, before anything exists: an artifact rendered elsewhere passes it here too
         check_pod_policy(plan, namespace, self._pod_policy())
@@ -170,25 +177,26 @@ class KubernetesAdapter(Adapter):
             if kind == "Secret" and obj.get("type") == "kubernetes.io/ssh-auth":
                 obj["data"] = _ssh_secret_data(plan.name)  # keys are made here, never rendered or logged
                 obj["metadata"].get("annotations", {}).pop(KEYS_ANNOTATION, None)
-                self._create(core.create_namespaced_secret, namespace, obj, "create secret",
+                self._create(partial(core.create_namespaced_secret, **sent), namespace, obj, "create secret",
                              core.read_namespaced_secret)
             elif kind == "ConfigMap":
-                self._create(core.create_namespaced_config_map, namespace, obj, "create configmap",
-                             core.read_namespaced_config_map)
+                self._create(partial(core.create_namespaced_config_map, **sent), namespace, obj,
+                             "create configmap", core.read_namespaced_config_map)
             elif kind == "PodGroup" and obj.get("apiVersion") in _POD_GROUP_APIS:
                 api = _POD_GROUP_APIS[obj["apiVersion"]]
                 # a default binds this object's API to each lambda (ruff B023), which mypy cannot type
                 self._create(lambda ns, body, a=api: custom.create_namespaced_custom_object(  # type: ignore[misc]
-                                 a[0], a[1], ns, a[2], body),
+                                 a[0], a[1], ns, a[2], body, **sent),
                              namespace, obj, "create podgroup (is the gang scheduler's CRD installed?)",
                              lambda name, ns, a=api: custom.get_namespaced_custom_object(  # type: ignore[misc]
                                  a[0], a[1], ns, a[2], name))
                 kind = obj["apiVersion"]  # _own patches it by its API
             elif obj.get("apiVersion") == JOBSET_API and kind == "JobSet":
                 jobset = self._create(lambda ns, body: custom.create_namespaced_custom_object(
-                    GROUP, VERSION, ns, PLURAL, body), namespace, obj, "create jobset",
+                    GROUP, VERSION, ns, PLURAL, body, **sent), namespace, obj, "create jobset",
                     lambda name, ns: custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
-                self._own(namespace, created, jobset)
+                if not dry_run:
+                    self._own(namespace, created, jobset)
                 return JobRef(self.cluster.name, "kubernetes", f"{namespace}/{obj['metadata']['name']}", plan.uid,
                               obj["metadata"]["name"])
             else:

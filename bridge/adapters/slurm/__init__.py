@@ -10,6 +10,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bridge.adapters.base import (
@@ -44,11 +45,14 @@ from bridge.adapters.slurm.state import (
 from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
 
-if TYPE_CHECKING:  # rendering needs neither: a dry run never starts a process
+if TYPE_CHECKING:  # rendering needs neither: render never starts a process
     from bridge.adapters.transport import CommandResult, Transport
     from bridge.api.cluster import BridgeCluster
 
 _PARSABLE_ID = re.compile(r"^(\d+)(;\S+)?$")
+_TEST_ONLY_REFUSAL = re.compile(r"^(?:sbatch: )?allocation failure: ", re.MULTILINE)
+#: what --test-only says of a job that can never start, whether or not sbatch would queue it
+_NEVER_STARTS = "Requested node configuration is not available"
 # sbatch/squeue messages that mean "try again", as opposed to "your request is wrong"
 _TRANSIENT = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
               "Slurm backup controller in standby mode", "Zero Bytes were transmitted or received",
@@ -220,21 +224,51 @@ class SlurmAdapter(Adapter):
             import json
 
             return self.rest.submit(json.loads(artifact.main))
-        if artifact.command:
-            reads_file = artifact.command[-1] == (artifact.plan.batch_script and artifact.plan.batch_script.path)
-            env = self._job_env(artifact.plan)
-            # a tenant's job environment travels apart from the command (the transport hands it to sbatch on
-            # fd 3); the CLI's sbatch exports the user's environment as it always has
-            extra: dict[str, Any] = {"job_env": env} if env is not None else {}
-            result = self._check(self.transport.run(artifact.command, stdin=None if reads_file else artifact.main,
-                                                    resend=False, **extra), "sbatch")
-        else:
-            result = self._check(self.transport.run(["sbatch", "--parsable"], stdin=artifact.main, resend=False),
-                                 "sbatch")
+        result = self._check(self._sbatch(artifact), "sbatch")
         match = _PARSABLE_ID.match(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
         if not match:
             raise BackendUnavailable("slurm", f"sbatch printed no job id: {result.stdout.strip()[:200]!r}")
         return match.group(1)
+
+    def _sbatch(self, artifact: Artifact, *flags: str) -> CommandResult:
+        """sbatch as submit calls it (command, script, tenant environment), with *flags* after its name."""
+        command = artifact.command or ("sbatch", "--parsable")
+        reads_file = command[-1] == (artifact.plan.batch_script and artifact.plan.batch_script.path)
+        env = self._job_env(artifact.plan) if artifact.command else None
+        # a tenant's job environment travels apart from the command (the transport hands it to sbatch on fd 3);
+        # the CLI's sbatch exports the user's environment as it always has
+        extra: dict[str, Any] = {"job_env": env} if env is not None else {}
+        return self.transport.run([command[0], *flags, *command[1:]], stdin=None if reads_file else artifact.main,
+                                  resend=False, **extra)
+
+    def dry_run(self, artifact: Artifact) -> None:
+        """``sbatch --test-only`` with submit's command, script and environment: slurmctld checks the job as
+        if submitted (partition, limits, node configuration, account, QOS) and queues nothing. slurmrestd has
+        no such call: over REST a dry run ends with what planning checked, and the scheduler answers at submit."""
+        if self.rest is not None:
+            return
+        result = self._sbatch(artifact, "--test-only")
+        if result.ok or _NEVER_STARTS in result.stderr and self._would_pend(artifact.plan):
+            return
+        # --test-only words the controller's refusal as "allocation failure: <reason>"; submit's sbatch says
+        # "error: Batch job submission failed: <reason>": the dry run reports it as submit does (submit alone
+        # adds the controller's detail line before it, which --test-only never receives)
+        self._check(replace(result, stderr=_TEST_ONLY_REFUSAL.sub("sbatch: error: Batch job submission failed: ",
+                                                                  result.stderr)), "sbatch")
+
+    def _would_pend(self, plan: LaunchPlan) -> bool:
+        """A job --test-only refuses because it can never start, which sbatch still queues, to pend until the
+        partition grows: it exceeds a limit of its partition, and the cluster does not enforce partition limits
+        at submission (EnforcePartLimits=NO, Slurm's default)."""
+        from bridge.adapters.slurm import sinfo
+
+        rows = sinfo.parse(self._check(self.transport.run(sinfo.SINFO, timeout=30), "sinfo").stdout)
+        if sinfo.beyond_partition(rows, NodeNeed.of(plan), plan.nodes, plan.options.partition,
+                                  plan.time_limit_seconds) is None:
+            return False  # within its partition's limits and still impossible: sbatch refuses it too
+        config = self._check(self.transport.run(["scontrol", "show", "config"], timeout=30), "scontrol").stdout
+        enforce = re.search(r"^EnforcePartLimits\s*=\s*(\S+)", config, re.MULTILINE)
+        return enforce is not None and enforce.group(1).upper() == "NO"
 
     # --- following -----------------------------------------------------------------------------------
 

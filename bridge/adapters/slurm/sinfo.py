@@ -108,6 +108,23 @@ def count(rows: Sequence[NodeRow], need: NodeNeed, nodes: int, partition: str | 
     return Capacity(len(free), len(fitting), detail, limit)
 
 
+def beyond_partition(rows: Sequence[NodeRow], need: NodeNeed, nodes: int, partition: str | None,
+                     time_limit: int | None) -> str | None:
+    """Which of its partition's limits the job exceeds (more nodes or CPUs than the partition has, more time or
+    nodes per job than it allows), else None. Where the cluster does not enforce partition limits at submission
+    (EnforcePartLimits=NO, Slurm's default) sbatch queues such a job to pend, where one within them that no node
+    could take is refused."""
+    name = partition or next((row.partition for row in rows if row.default), None)
+    mine = [row for row in rows if row.partition == name]
+    if not mine:
+        return None
+    if nodes > len(mine):
+        return f"partition {name} has {len(mine)} nodes, the job asks {nodes}"
+    if need.cpus * nodes > sum(row.cpus for row in mine):
+        return f"partition {name} has {sum(row.cpus for row in mine)} CPUs, the job asks {need.cpus * nodes}"
+    return count(rows, need, nodes, partition, time_limit).limit
+
+
 def rest_rows(nodes: Iterable[dict[str, Any]], partitions: Iterable[dict[str, Any]]) -> list[NodeRow]:
     """slurmrestd v0.0.38's nodes and partitions as the rows sinfo gives."""
     info = {}
