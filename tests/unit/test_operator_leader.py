@@ -252,3 +252,34 @@ def test_a_crd_that_no_longer_serves_the_operators_version_is_refused() -> None:
 def test_a_crd_that_stores_a_version_the_operator_does_not_know_is_refused() -> None:
     with pytest.raises(UnsupportedCrd, match="bridgeclusters.hpcbridge.io stores version v1beta1"):
         check([crd("bridgeclusters.hpcbridge.io", ("v1alpha1", True, False), ("v1beta1", True, True))])
+
+
+def test_the_operator_refuses_to_start_with_one_line_and_exit_1(monkeypatch, caplog) -> None:
+    from bridge.operator import main
+
+    class Api:
+        api_client = object()
+
+    def no_kopf(**_: object) -> None:
+        raise AssertionError("kopf started")
+
+    def installed(api_client: object) -> None:
+        check([crd("trainjobs.trainer.kubeflow.org", ("v1", True, True))])
+
+    monkeypatch.setattr(main, "KubeApi", Api)
+    monkeypatch.setattr(main.kopf, "configure", lambda **_: None)
+    monkeypatch.setattr(main.kopf, "run", no_kopf)
+    monkeypatch.setattr(main.leader, "start", no_kopf)
+    monkeypatch.setattr(main.versions, "check_installed", installed)
+    with caplog.at_level("ERROR", logger="hpcbridge.operator"):
+        assert main.run(leader_elect="hpcbridge-system/hpcbridge-operator") == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "refusing to start: CRD trainjobs.trainer.kubeflow.org serves v1; this operator reads v1alpha1: install the "
+        "operator release that matches the CRDs"]
+
+
+def test_probes_without_leader_election_are_refused() -> None:
+    from bridge.operator import main
+
+    with pytest.raises(Exception, match="--probes"):
+        main.run(probes="8080")
