@@ -113,7 +113,7 @@ def test_pods_reach_each_other_and_the_api_server_through_services(real_kube) ->
 
 
 @pytest.fixture(scope="module")
-def in_cluster_operator(real_kube, netns_hosts, netns_slurm):
+def in_cluster_operator(real_kube, netns_hosts, netns_slurm, tmp_path_factory):
     """The operator's image in every node, manifests/operator applied as `kubectl apply -k` applies it (the image
     pulled never: nothing is pulled here), its credentials in a Secret and a BridgeCluster for the Slurm cluster
     over SSH; the Deployment is deleted afterwards (other modules run the operator as a process)."""
@@ -156,8 +156,10 @@ def in_cluster_operator(real_kube, netns_hosts, netns_slurm):
         "slurm": {"transport": "ssh", "host": netns_hosts.host("node-0").ip, "user": "root",
                   "slurmConf": str(netns_slurm.conf), "keySecretRef": {**ref, "key": "id_ed25519"},
                   "knownHostsSecretRef": {**ref, "key": "known_hosts"}},
-        # the job's steps run on the Slurm hosts, which share this machine's files
-        "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}}
+        # the job's steps run on the Slurm hosts, which share this machine's files: this checkout's package, in
+        # a directory of the test's own
+        "defaults": {"launchCommand": ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "bridge", "launch"],
+                     "workdir": str(tmp_path_factory.mktemp("in-cluster-jobs"))}}}
     try:
         custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", body)
     except ApiException as exc:
