@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +62,15 @@ class Tools:
                             or '{"items": []}')
         return {(item["kind"], item["metadata"]["name"]) for item in listed["items"]}
 
+    def established(self, *names: str) -> None:
+        """Wait until each CRD is served (`kubectl wait` fails on a CRD the API server has not given a status yet)."""
+        deadline = time.monotonic() + 60
+        for name in names:
+            while not any(c["type"] == "Established" and c["status"] == "True"
+                          for c in ((self.crd(name) or {}).get("status") or {}).get("conditions") or []):
+                assert time.monotonic() < deadline, f"CRD {name} not Established within 60s"
+                time.sleep(0.2)
+
     def crd(self, name: str) -> dict | None:
         got = self.kubectl("get", "crd", name, "--ignore-not-found", "--show-managed-fields", "-o", "json")
         return json.loads(got.stdout) if got.stdout.strip() else None
@@ -103,8 +113,7 @@ def test_kubectl_apply_server_side_installs_the_standalone_overlay_and_delete_re
 
     applied = tools.kubectl("apply", "--server-side", "-k", str(STANDALONE)).stdout
     assert "serverside-applied" in applied
-    tools.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                  *(f"crd/{name}" for kind, name in wanted if kind == "CustomResourceDefinition"))
+    tools.established(*(name for kind, name in wanted if kind == "CustomResourceDefinition"))
     assert tools.live(STANDALONE) == wanted
     deployment = json.loads(tools.kubectl("-n", "hpcbridge-system", "get", "deployment", "hpcbridge-operator",
                                           "--show-managed-fields", "-o", "json").stdout)
@@ -170,8 +179,7 @@ def test_helm_install_and_uninstall_keep_the_crds_and_trainjobs(tools: Tools) ->
         subjects = {json.dumps(doc["subjects"]) for doc in made if "subjects" in doc}
         assert subjects == {json.dumps([{"kind": "ServiceAccount", "name": "hpcbridge-operator",
                                          "namespace": namespace}])}
-        tools.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                      *(f"crd/{name}" for name in (*TRAINER_CRDS, "bridgeclusters.hpcbridge.io")))
+        tools.established(*TRAINER_CRDS, "bridgeclusters.hpcbridge.io")
         job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
                "metadata": {"name": "kept", "namespace": "ml-team", "annotations": {"hpcbridge.io/cluster": "hpc"}},
                "spec": {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "torch-distributed"},
@@ -202,7 +210,7 @@ def test_beside_upstream_trainer_neither_install_touches_trainers_crds(tools: To
     trainer_crds = module_dir(component("trainer")) / "manifests" / "base" / "crds"
     for path in sorted(trainer_crds.glob("trainer.kubeflow.org_*.yaml")):
         tools.kubectl("apply", "--server-side", "--field-manager=kubeflow-trainer", "-f", str(path))
-    tools.kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{name}" for name in TRAINER_CRDS))
+    tools.established(*TRAINER_CRDS)
     before = {name: tools.crd(name) for name in TRAINER_CRDS}
 
     def untouched() -> None:
@@ -216,7 +224,7 @@ def test_beside_upstream_trainer_neither_install_touches_trainers_crds(tools: To
     assert not {("CustomResourceDefinition", name) for name in TRAINER_CRDS} & _kinds_and_names(
         tools.built(BESIDE_TRAINER))
     tools.kubectl("apply", "--server-side", "-k", str(BESIDE_TRAINER))
-    tools.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/bridgeclusters.hpcbridge.io")
+    tools.established("bridgeclusters.hpcbridge.io")
     untouched()
     tools.kubectl("delete", "-k", str(BESIDE_TRAINER), "--timeout=120s")
     assert tools.live(BESIDE_TRAINER) == set()
