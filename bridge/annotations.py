@@ -89,6 +89,14 @@ JOB_ID_ANNOTATION = f"{OPERATOR_PREFIX}job-id"
 JOB_CLUSTER_ANNOTATION = f"{OPERATOR_PREFIX}job-cluster"
 #: every move of the TrainJob between clusters, a JSON list (hpcbridge migrate's history entries)
 HISTORY_ANNOTATION = f"{OPERATOR_PREFIX}history"
+#: on a BridgeCluster (the admin's): ``"false"`` keeps the operator from registering a virtual node for it
+VIRTUAL_NODE_ANNOTATION = f"{PREFIX}virtual-node"
+#: the type of the BridgeCluster a virtual node stands for (``slurm``, ``flux``…)
+NODE_CLUSTER_TYPE_LABEL = f"{PREFIX}cluster-type"
+#: what made a Node or pod: ``virtual-node`` on the operator's Nodes and stand-in pods
+MANAGED_LABEL = f"{PREFIX}managed-by"
+#: on a stand-in pod (besides the job-id and job-cluster annotations): the hosts its backend job runs on
+HOSTS_ANNOTATION = f"{OPERATOR_PREFIX}hosts"
 
 
 # -- other projects' labels hpc-bridge reads or writes, spelled as those projects define them ------------------
@@ -107,5 +115,9 @@ KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 #: JobSet: the replicated job a pod belongs to
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+#: JobSet: the index of a pod's Job within its replicated job
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+#: Kubernetes Jobs: an indexed Job's pod index (the Kubeflow SDK reads a node's rank from it)
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 #: the scheduler-plugins coscheduling PodGroup a pod belongs to (gang scheduling)
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"

@@ -17,7 +17,7 @@ from bridge.annotations import CLUSTER_ANNOTATION, FINALIZER, MIGRATE_ANNOTATION
 from bridge.api.trainjob import MANAGED_BY_BRIDGE
 from bridge.errors import InvalidSpec
 from bridge.extras import MissingExtra
-from bridge.operator import leader, versions
+from bridge.operator import kubelet_api, leader, versions
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.metrics import Metrics, read_token
 from bridge.operator.reconciler import Permanent, Reconciler, Temporary
@@ -216,6 +216,7 @@ def run(namespaces: Sequence[str] = (), default_cluster: str | None = None, timi
     if metrics:
         serve_metrics(_reconciler.metrics, metrics, token_file)
     election = leader.start(api.api_client, leader_elect, lease_duration, probe_address) if leader_elect else None
+    kubelet_api.start(api, _reconciler)  # virtual nodes, stand-in pods, their kubelet API: the leader's
     try:
         kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
                  liveness_endpoint=liveness_endpoint(liveness) if liveness else None)

@@ -75,6 +75,8 @@ class Reconciler:
     #: loop, suspend and delete: one connection per cluster)
     _adapters: dict[tuple[str, str | None], tuple[BridgeCluster, Adapter]] = field(default_factory=dict)
     _submitters: dict[str, Submitter] = field(default_factory=dict)
+    #: handed to every sync loop: told each changed state of a followed TrainJob (the stand-in pods)
+    on_status: Callable[[Tracked, JobStatus], None] | None = None
 
     def __post_init__(self) -> None:
         self.metrics.states = self._states
@@ -261,7 +263,7 @@ class Reconciler:
         and its notes. Returns the annotations that record its job, where they are not there yet."""
         ref = submitted.ref
         self.metrics.submission(prepared.adapter.cluster.name, "attached" if submitted.existing else "submitted")
-        item.ref = ref
+        item.ref, item.nodes = ref, prepared.plan.nodes
         cluster = prepared.adapter.cluster.name
         sync = self._sync(cluster, None)  # polls as the cluster's own identity; the tenant's acts
         recorded = {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster}
@@ -415,6 +417,7 @@ class Reconciler:
             sync = self.syncs.get(cluster)
             if sync is None:
                 sync = self.syncs[cluster] = ClusterSync(cluster, adapter, self.api, self.timing, self.metrics)
+                sync.on_status = self.on_status
                 sync.start()
             return sync
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,8 @@ class Tracked:
     #: changes to write with the next poll's (Submitted: one status write where there would be two)
     pending: list[cond.Change] = field(default_factory=list, repr=False, compare=False)
     done: bool = False
+    #: how many nodes the TrainJob runs on (its stand-in pods, one each)
+    nodes: int = 1
     #: held while its conditions are computed and written: one write at a time per TrainJob
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -65,6 +68,8 @@ class ClusterSync:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.unavailable: str | None = None
+        #: told each state a poll finds changed, after it is written (the stand-in pods follow it)
+        self.on_status: Callable[[Tracked, JobStatus], None] | None = None
         self.writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"status-{cluster_name}")
         #: job ids the backend's journal named since the last poll; and those it named whose change the polls
         #: did not show yet, with the time to stop looking
@@ -231,6 +236,8 @@ class ClusterSync:
                                    warning=warning)
                 item.last = key
                 item.done = status.state.finished
+                if self.on_status is not None:
+                    self.on_status(item, status)
 
         # many jobs end together (a burst of completions): their status writes go out side by side
         if len(work) > 1:

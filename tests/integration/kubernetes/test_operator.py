@@ -103,6 +103,18 @@ class Operator:
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "XDG_STATE_HOME": str(base / "state"),
                     "SLURM_CONF": str(slurm.conf), "HPCBRIDGE_CONFIG": str(base / "no-clusters.yaml")}
         (base / "no-clusters.yaml").write_text("")
+        # the virtual nodes' kubelet API (bridge.operator.kubelet_api): where the API server reaches it, a serving
+        # certificate of the test PKI, and the client CA the API server's kubelet client certificate comes from
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            self.kubelet_port = probe.getsockname()[1]
+        pki = cluster.kube.pki
+        self.env.update({"HPCBRIDGE_KUBELET_ADDRESS": cluster.kube.address,
+                         "HPCBRIDGE_KUBELET_PORT": str(self.kubelet_port),
+                         "HPCBRIDGE_KUBELET_CERT": str(pki["serving"]), "HPCBRIDGE_KUBELET_KEY": str(pki["serving_key"]),
+                         "HPCBRIDGE_KUBELET_CLIENT_CA": str(pki["ca"])})
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -240,6 +252,8 @@ def operator(real_kube, slurm_cluster, tmp_path_factory):
     op.start()
     yield op
     op.kill(signal.SIGTERM)
+    # the virtual nodes stay, as a stopped kubelet's Node does: gone before other modules count nodes
+    op.core.delete_collection_node(label_selector="hpcbridge.io/managed-by=virtual-node")
     op.api.close()
 
 
@@ -668,8 +682,9 @@ def test_the_kubeflow_sdk_runs_a_trainjob_on_slurm_and_follows_it(operator, sdk_
     done = operator.get(ns, result["name"])
     assert "managedBy" not in done["spec"]
     assert operator.slurm_state(done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]) == "COMPLETED"
-    # the SDK reads logs from the TrainJob's pods: a job that ran on Slurm has none (`hpcbridge logs` has them)
-    assert result["logs"] == []
+    # the SDK reads logs from the TrainJob's pods: the stand-in pods on the Slurm cluster's virtual node, whose
+    # kubelet API (the operator's) serves the Slurm job's output
+    assert "hello from the sdk" in "\n".join(result["logs"]), result["logs"]
     # a TrainJob without managedBy whose runtime names no BridgeCluster is not hpc-bridge's: left alone
     operator.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "metadata": {"name": "not-ours"},

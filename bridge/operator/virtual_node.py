@@ -1,0 +1,249 @@
+"""A Node for each BridgeCluster whose backend runs no pods (Slurm, Flux…): Kubernetes sees the HPC cluster as one
+virtual node, which the stand-in pods of its TrainJobs are bound to and whose kubelet API (served by the operator,
+``bridge.operator.kubelet_api``) answers ``kubectl logs`` for them.
+
+The Node is tainted so that nothing else is scheduled there, labelled with its cluster's name and type, Ready while
+the operator runs (its Lease in kube-node-lease renewed every few seconds, as a kubelet's), and names the
+operator's kubelet port and address. A cluster's admin opts out with the BridgeCluster annotation
+``hpcbridge.io/virtual-node: "false"``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bridge import __version__
+from bridge.annotations import (
+    CLUSTER_ANNOTATION,
+    MANAGED_LABEL,
+    NODE_CLUSTER_TYPE_LABEL,
+    VIRTUAL_NODE_ANNOTATION,
+)
+from bridge.errors import BackendUnavailable, BridgeError, InvalidSpec
+from bridge.plan.traits import traits_of
+
+if TYPE_CHECKING:
+    from bridge.api.cluster import BridgeCluster
+
+log = logging.getLogger("hpcbridge.operator")
+_T = TypeVar("_T")
+
+#: the value of MANAGED_LABEL on what the virtual node feature creates
+MANAGED_BY = "virtual-node"
+LEASE_NAMESPACE = "kube-node-lease"
+#: how long the node lifecycle controller waits for a lease renewal before it calls the node NotReady
+LEASE_SECONDS = 40
+#: what the Node offers: the backend's size is not read (placement asks a plan's fit, not a total), so the
+#: capacity only has to hold every stand-in pod; the scheduler never places anything there (the taint)
+DEFAULT_CAPACITY = {"cpu": "1000", "memory": "4096Gi", "pods": "10000"}
+
+#: where the operator's settings for the virtual nodes come from (its Deployment's env)
+ADDRESS_ENV = "HPCBRIDGE_KUBELET_ADDRESS"
+PORT_ENV = "HPCBRIDGE_KUBELET_PORT"
+ENABLED_ENV = "HPCBRIDGE_VIRTUAL_NODES"
+DEFAULT_PORT = 10250
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the API server reaches the operator's kubelet API: the node's InternalIP and kubelet port."""
+
+    address: str
+    port: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Endpoint:
+        """$HPCBRIDGE_KUBELET_ADDRESS (default: $POD_IP, else this host's address) and $HPCBRIDGE_KUBELET_PORT
+        (default 10250)."""
+        port_text = env.get(PORT_ENV) or str(DEFAULT_PORT)
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise InvalidSpec(PORT_ENV, port_text, "must be a port from 1 to 65535")
+        address = env.get(ADDRESS_ENV) or env.get("POD_IP") or _own_address()
+        return cls(address, int(port_text))
+
+
+def kube_call(what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """*fn*'s answer; an API error other than 404/409 (which callers tell apart) or a broken connection as
+    BackendUnavailable naming *what* was asked."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return fn(*args, **kwargs)
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            raise
+        raise BackendUnavailable("kubernetes", f"{what}: HTTP {exc.status} {exc.reason}") from None
+    except (HTTPError, OSError) as exc:
+        raise BackendUnavailable("kubernetes", f"{what}: {exc}") from None
+
+
+def _own_address() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def enabled(env: Mapping[str, str] = os.environ) -> bool:
+    """Virtual nodes are on unless $HPCBRIDGE_VIRTUAL_NODES says ``false`` (or ``off``, ``0``)."""
+    return (env.get(ENABLED_ENV) or "true").strip().lower() not in ("false", "off", "0", "no")
+
+
+def node_name(cluster: str) -> str:
+    return f"hpcbridge-{cluster}"
+
+
+def wants_node(cluster: BridgeCluster) -> bool:
+    """A cluster whose backend runs no pods of its own, unless its admin opted out."""
+    opted = (cluster.metadata.annotations or {}).get(VIRTUAL_NODE_ANNOTATION, "true").strip().lower()
+    return not traits_of(cluster).runs_pods and opted not in ("false", "off", "0", "no")
+
+
+def _stamp(now: datetime.datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def render_node(cluster: BridgeCluster, endpoint: Endpoint) -> dict[str, Any]:
+    """The Node object (without status) that stands for *cluster*."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node_name(cluster.name),
+                         "labels": {CLUSTER_ANNOTATION: cluster.name, NODE_CLUSTER_TYPE_LABEL: cluster.spec.type,
+                                    MANAGED_LABEL: MANAGED_BY, "kubernetes.io/hostname": node_name(cluster.name),
+                                    "kubernetes.io/os": "linux", "type": "virtual-kubelet"}},
+            "spec": {"taints": [{"key": CLUSTER_ANNOTATION, "value": cluster.name, "effect": "NoSchedule"}]}}
+
+
+def render_status(cluster: BridgeCluster, endpoint: Endpoint, now: datetime.datetime) -> dict[str, Any]:
+    """The Node's status: Ready, its capacity, the operator's address and kubelet port."""
+    stamp = _stamp(now)
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": stamp,
+             "lastTransitionTime": stamp,
+             "message": f"hpc-bridge stands for {cluster.spec.type} cluster {cluster.name}"}
+    return {"status": {
+        "capacity": dict(DEFAULT_CAPACITY), "allocatable": dict(DEFAULT_CAPACITY), "conditions": [ready],
+        "addresses": [{"type": "InternalIP", "address": endpoint.address},
+                      {"type": "Hostname", "address": node_name(cluster.name)}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": endpoint.port}},
+        "nodeInfo": {"kubeletVersion": f"hpcbridge-{__version__}", "operatingSystem": "linux",
+                     "architecture": "amd64", "containerRuntimeVersion": f"{cluster.spec.type}://",
+                     "kernelVersion": "", "osImage": "", "kubeProxyVersion": "", "machineID": "",
+                     "systemUUID": "", "bootID": ""}}}
+
+
+def render_lease(name: str, node_uid: str, now: datetime.datetime) -> dict[str, Any]:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": LEASE_NAMESPACE,
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}]},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS,
+                     "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
+
+class VirtualNodes:
+    """Keeps one Node per eligible BridgeCluster registered, its status and Lease current, and removes the Nodes
+    it made for clusters that are gone or opted out. ``sync_once`` does one round; ``start`` runs rounds every
+    *interval* seconds on a thread."""
+
+    def __init__(self, api: Any, endpoint: Endpoint, clusters: Callable[[], Mapping[str, BridgeCluster]],
+                 interval: float = 10.0, status_every: float = 60.0) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api.api_client)
+        self.leases = client.CoordinationV1Api(api.api_client)
+        self.endpoint, self.clusters, self.interval, self.status_every = endpoint, clusters, interval, status_every
+        #: cluster name -> Node name, for those registered
+        self.nodes: dict[str, str] = {}
+        self._status_at: dict[str, datetime.datetime] = {}
+        self._lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="virtual-nodes", daemon=True)
+
+    def node_for(self, cluster: str) -> str | None:
+        """The Node that stands for *cluster*, where one is registered."""
+        with self._lock:
+            return self.nodes.get(cluster)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.sync_once()
+            except BridgeError as exc:
+                log.warning("virtual nodes: %s", exc)
+            except Exception:  # never let one bad answer stop the heartbeats
+                log.exception("virtual nodes")
+            self.stopping.wait(self.interval)
+
+    def sync_once(self, now: datetime.datetime | None = None) -> None:
+        now = now or datetime.datetime.now(datetime.UTC)
+        wanted = {name: cluster for name, cluster in self.clusters().items() if wants_node(cluster)}
+        for cluster in wanted.values():
+            self._keep(cluster, now)
+        for name, node in self._ours().items():
+            if name not in wanted:
+                self._remove(name, node)
+
+    def _ours(self) -> dict[str, str]:
+        listing = kube_call("list nodes", self.core.list_node, label_selector=f"{MANAGED_LABEL}={MANAGED_BY}")
+        return {(item.metadata.labels or {}).get(CLUSTER_ANNOTATION, ""): item.metadata.name
+                for item in listing.items}
+
+    def _keep(self, cluster: BridgeCluster, now: datetime.datetime) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        name = node_name(cluster.name)
+        body = render_node(cluster, self.endpoint)
+        try:
+            node = kube_call(f"patch node {name}", self.core.patch_node, name, body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            node = kube_call(f"create node {name}", self.core.create_node, body)
+            log.info("virtual node %s registered for cluster %s", name, cluster.name)
+        with self._lock:
+            fresh = cluster.name not in self.nodes
+            self.nodes[cluster.name] = name
+            due = fresh or (now - self._status_at.get(cluster.name, now)).total_seconds() >= self.status_every
+        if due:
+            kube_call(f"patch node {name} status", self.core.patch_node_status, name,
+                      render_status(cluster, self.endpoint, now))
+            with self._lock:
+                self._status_at[cluster.name] = now
+        self._renew(name, node.metadata.uid, now)
+
+    def _renew(self, name: str, node_uid: str, now: datetime.datetime) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        lease = render_lease(name, node_uid, now)
+        try:
+            kube_call(f"renew lease {name}", self.leases.patch_namespaced_lease, name, LEASE_NAMESPACE,
+                      {"spec": lease["spec"]})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            kube_call(f"create lease {name}", self.leases.create_namespaced_lease, LEASE_NAMESPACE, lease)
+
+    def _remove(self, cluster: str, node: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        with self._lock:
+            self.nodes.pop(cluster, None)
+            self._status_at.pop(cluster, None)
+        try:
+            kube_call(f"delete node {node}", self.core.delete_node, node)
+            log.info("virtual node %s removed: cluster %s is gone or opted out", node, cluster)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
