@@ -285,9 +285,10 @@ def serve(api: KubeletApi, endpoint: Endpoint, env: Mapping[str, str] = os.envir
     $HPCBRIDGE_KUBELET_KEY and $HPCBRIDGE_KUBELET_CLIENT_CA (the API server's client CA) name; None, with a
     warning, when they are not given (the nodes are registered; their logs cannot be read)."""
     cert, key, client_ca = env.get(CERT_ENV), env.get(KEY_ENV), env.get(CLIENT_CA_ENV)
-    if not (cert and key and client_ca):
-        log.warning("no kubelet API: set %s, %s and %s to serve the virtual nodes' logs", CERT_ENV, KEY_ENV,
-                    CLIENT_CA_ENV)
+    if not (cert and key and client_ca) or not all(os.path.isfile(path) for path in (cert, key, client_ca)):
+        # the Deployment mounts them from an optional Secret: without it the nodes and pods are still written
+        log.warning("no kubelet API: %s, %s and %s must name readable files to serve the virtual nodes' logs",
+                    CERT_ENV, KEY_ENV, CLIENT_CA_ENV)
         return None
     server = KubeletServer(("", endpoint.port), api, tls_context(cert, key, client_ca))
     threading.Thread(target=server.serve_forever, name="kubelet-api", daemon=True).start()
