@@ -5,10 +5,13 @@ A fenced block in ``console``, ``sh``, ``bash`` or ``shell`` is a shell block. `
 blocks hold commands only. Every block runs from the repository root (a ``cd`` in a block moves the rest of it),
 with this checkout's ``hpcbridge`` first on PATH and no clusters configured but the built-in ``local`` one.
 
-An HTML comment right before a block says what it needs beyond that: ``<!-- needs: slurm -->`` (also ``flux``,
-``kubernetes``, ``clusters`` for the clusters of examples/clusters.yaml, ``root``, or a Python module a job
-imports such as ``torch``). Such a block is checked without the daemon: bash parses it and every ``hpcbridge``
-command in it goes through the CLI's parser. A block needing only Python modules runs when they import.
+An HTML comment right before a block says what it needs beyond that: ``<!-- needs: slurm -->`` (a Slurm
+cluster configured as ``hpc``; also ``flux``, ``kubernetes``, ``clusters`` for the clusters of
+examples/clusters.yaml, ``root``, or a Python module a job imports such as ``torch``). A ``slurm`` block runs
+against the suite's Slurm cluster (tests/integration/test_docs_commands.py), ``1234`` in it standing for the id
+the block's last ``submit`` printed; every block needing a daemon is also checked without it: bash parses it
+and every ``hpcbridge`` command in it goes through the CLI's parser. A block needing only Python modules runs
+when they import.
 
 A shown output line is found in some line the command printed (stdout or stderr), ``…`` standing for any text;
 a command exits 0 unless its line ends with ``# exits N``.
@@ -28,6 +31,8 @@ DAEMONS = ("slurm", "flux", "kubernetes", "clusters", "root")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _NEEDS = re.compile(r"^<!--\s*needs:\s*([\w, -]+?)\s*-->\s*$")
 _EXITS = re.compile(r"#\s*exits\s+(\d+)\s*$")
+#: the job id a documented command stands for, replaced by the one the block's last submit printed
+PLACEHOLDER_ID = re.compile(r"\b1234\b")
 
 
 @dataclass
@@ -60,6 +65,10 @@ class Block:
     @property
     def modules(self) -> tuple[str, ...]:
         return tuple(need for need in self.needs if need not in DAEMONS)
+
+    def runs_on(self, daemon: str) -> bool:
+        """Needs *daemon* alone (and modules that import): runs where the suite starts that daemon."""
+        return self.daemons == (daemon,) and all(importlib.util.find_spec(m) is not None for m in self.modules)
 
     def runnable(self) -> bool:
         return not self.daemons and all(importlib.util.find_spec(m) is not None for m in self.modules)
