@@ -4,8 +4,8 @@
 #   scripts/setup.sh --all  everything the test suite needs too: MPICH, sshd, Slurm + munge, containerd + runc +
 #                           CNI plugins + debootstrap (real Kubernetes nodes), the staging, kubernetes and
 #                           operator extras, PyTorch, JAX and XGBoost (CPU use), the dev tools
-# Each checkout has its own venv, ~/.cache/hpcbridge/venvs/<checkout>-<hash of its path> (override with
-# HPCBRIDGE_VENV); .venv in the checkout links to it.
+# Each checkout has a thin venv of its own, ~/.cache/hpcbridge/venvs/<checkout>-<hash of its path> (override
+# with HPCBRIDGE_VENV; .venv in the checkout links to it) over a dependencies' venv shared by content.
 # Re-running is cheap: packages already installed are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,59 +32,100 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# One venv per checkout: its editable install points at one checkout, so a venv two checkouts shared would run
-# whichever set it up last. A .venv that already holds this checkout's install is kept (re-running stays cheap);
-# otherwise the venv is keyed by the checkout's real path. Wheels come from pip's cache, not from another venv.
+# Two venvs. The dependencies' venv holds every third-party package (torch, jax, ... about 6 GB with --all) and is
+# shared: it is keyed by the dependency lists it was made from, so any checkout with the same lists reuses it. The
+# checkout's venv is thin (a few MB, ~/.cache/hpcbridge/venvs/<checkout>-<hash of its path>, .venv links to it): it
+# holds this checkout's editable install, sees the dependencies' venv through a .pth file, and has its own copy of
+# their commands. An editable install in a shared venv ran whichever checkout set it up last.
 checkout="$(pwd -P)"
-holds_this_checkout() {
-  [ -x "$1/bin/python" ] && [ "$(cd / && "$1/bin/python" -c \
-    'import os, bridge; print(os.path.dirname(os.path.dirname(os.path.realpath(bridge.__file__))))' \
-    2>/dev/null)" = "$checkout" ]
-}
+mode=base
+[ "$all" = 1 ] && mode=all
+extras=examples
+[ "$all" = 1 ] && extras=examples,dev,docs,staging,kubernetes,operator
+requirements="$(python3 - "$extras" <<'PY'
+import sys, tomllib
+pyproject = tomllib.load(open("pyproject.toml", "rb"))
+project = pyproject["project"]
+# the build backend too: the checkout's editable install is built with these packages, offline
+wanted = list(project["dependencies"]) + list(pyproject["build-system"]["requires"])
+extras = project.get("optional-dependencies", {})
+for extra in sys.argv[1].split(","):
+    wanted += [req for req in extras[extra] if not req.startswith("hpc-bridge")]
+print("\n".join(sorted(set(wanted))))
+PY
+)"
+# bump DEPS_RECIPE when a step below changes what the dependencies' venv holds
+DEPS_RECIPE=1
+deps_key="$(printf '%s\n' "$DEPS_RECIPE" "$mode" "$(python3 -V)" "$requirements" | sha256sum | cut -c1-16)"
+deps="$HOME/.cache/hpcbridge/venvs/deps-$mode-$deps_key"
+pip_in() { "$1/bin/python" -m pip install -q "${@:2}"; }
+if [ ! -f "$deps/complete" ]; then
+  echo "setup: creating $deps (third-party packages; shared by checkouts with the same dependencies)" >&2
+  rm -rf "$deps"
+  mkdir -p "$(dirname "$deps")"
+  python3 -m venv "$deps"
+  printf '%s\n' "$requirements" > "$deps/requirements.txt"
+  # the examples extra is mpi4py, for whichever MPI it finds first at run time: the wheel carries both ABIs
+  pip_in "$deps" -r "$deps/requirements.txt"
+  if [ "$all" = 1 ]; then
+    # not flux: the tests use the bindings built with their own flux-core, never PyPI's
+    # torch from PyPI; the examples and tests use it on CPU with the gloo backend
+    pip_in "$deps" torch numpy
+    # jax (CPU) for the JAX example and its tests on the jax-distributed runtime
+    pip_in "$deps" 'jax[cpu]'
+    # XGBoost without CUDA (a 6 MB wheel, not xgboost's 300 MB one) for the example and tests on xgboost-distributed
+    pip_in "$deps" xgboost-cpu
+  fi
+  touch "$deps/complete"
+fi
+
 if [ -n "${HPCBRIDGE_VENV:-}" ]; then
   venv="$HPCBRIDGE_VENV"
-elif [ -d .venv ] && { [ ! -L .venv ] || holds_this_checkout "$checkout/.venv"; }; then
-  venv="$(cd .venv && pwd -P)"  # a directory of its own, or a link to a venv of this checkout
+elif [ -d .venv ] && [ ! -L .venv ]; then
+  venv="$(cd .venv && pwd -P)"  # a venv directory of the user's own
 else
   venv="$HOME/.cache/hpcbridge/venvs/$(basename "$checkout")-$(printf '%s' "$checkout" | sha256sum | cut -c1-12)"
 fi
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating $venv" >&2
   mkdir -p "$(dirname "$venv")"
-  python3 -m venv "$venv"
+  python3 -m venv --without-pip "$venv"
 fi
 printf '%s\n' "$checkout" > "$venv/checkout"
-# venvs whose checkout this machine no longer sees (a removed clone; each --all venv is about 6 GB) are named,
-# not removed: a home shared with other machines or containers may hold a checkout that is only theirs
+# thin venvs whose checkout this machine no longer sees are named, not removed: a home shared with other machines
+# or containers may hold a checkout that is only theirs
 for other in "$HOME"/.cache/hpcbridge/venvs/*/; do
   other="${other%/}"
   [ -f "$other/checkout" ] && [ "$other" != "$venv" ] && [ ! -d "$(cat "$other/checkout")" ] || continue
   echo "setup: note: $other is the venv of $(cat "$other/checkout"), not found here; rm -rf it if that is gone" >&2
 done
 if [ "$(cd .venv 2>/dev/null && pwd -P)" != "$(cd "$venv" && pwd -P)" ]; then
-  if [ -d .venv ] && [ ! -L .venv ]; then
-    echo "setup: .venv is a venv directory of its own, not $venv: remove it, or leave HPCBRIDGE_VENV unset" >&2
-    exit 2
-  fi
   rm -f .venv
   ln -s "$venv" .venv
 fi
-
-pip=("$venv/bin/python" -m pip install -q)
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+deps_site="$("$deps/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+# addsitedir, not a bare path: the dependencies' own .pth files (namespace packages) are processed too
+printf 'import site; site.addsitedir(%s)\n' "'$deps_site'" > "$site/_hpcbridge_deps.pth"
+rm -f "$site"/__editable__*hpc_bridge* "$site"/__editable__*hpc-bridge*
 # compat editable mode: a plain path entry instead of an import hook every Python start-up pays for (~10 ms,
 # on every node of every job that starts `hpcbridge launch`)
-editable=(--config-settings editable_mode=compat)
-# the examples extra is mpi4py, for whichever MPI it finds first at run time: the wheel carries both ABIs
-"${pip[@]}" "${editable[@]}" -e '.[examples]'
+"$deps/bin/python" -m pip --python "$venv/bin/python" install -q --no-deps --no-build-isolation \
+  --config-settings editable_mode=compat -e .
+# the dependencies' commands (pytest, mypy, mkdocs, ...), run by this venv's Python so they import this checkout
+for tool in "$deps"/bin/*; do
+  [ -f "$tool" ] || continue
+  name="$(basename "$tool")"
+  case "$name" in python*|pip*|activate*|Activate*|hpcbridge) continue ;; esac
+  if head -c 512 "$tool" | head -1 | grep -q "^#!$deps/bin/python"; then
+    { printf '#!%s\n' "$venv/bin/python"; tail -n +2 "$tool"; } > "$venv/bin/$name.new"
+    chmod +x "$venv/bin/$name.new"
+    mv "$venv/bin/$name.new" "$venv/bin/$name"
+  else
+    ln -sf "$tool" "$venv/bin/$name"  # a native program (ruff)
+  fi
+done
 if [ "$all" = 1 ]; then
-  # not flux: the tests use the bindings built with their own flux-core, never PyPI's
-  "${pip[@]}" "${editable[@]}" -e '.[examples,dev,docs,staging,kubernetes,operator]'
-  # torch from PyPI; the examples and tests use it on CPU with the gloo backend
-  "$venv/bin/python" -c 'import torch' 2>/dev/null || "${pip[@]}" torch numpy
-  # jax (CPU) for the JAX example and its tests on the jax-distributed runtime
-  "$venv/bin/python" -c 'import jax' 2>/dev/null || "${pip[@]}" 'jax[cpu]'
-  # XGBoost without CUDA (a 6 MB wheel, not xgboost's 300 MB one) for the example and tests on xgboost-distributed
-  "$venv/bin/python" -c 'import xgboost' 2>/dev/null || "${pip[@]}" xgboost-cpu
   # torchtune for Kubeflow's torchtune runtimes (tests/integration/test_torchtune.py), beside the venv, not in it:
   # its pins (torchdata, kagglehub) must not move the venv's torch. These versions run with it on CPU: torchao
   # 0.13 (0.12 does not import with torch 2.15, 0.18 dropped what torchtune imports), kagglehub < 1 (1.x needs
@@ -92,7 +133,7 @@ if [ "$all" = 1 ]; then
   torchtune="$HOME/.cache/hpcbridge/torchtune-0.6.1"
   if [ ! -f "$torchtune/complete" ]; then
     rm -rf "$torchtune"
-    "${pip[@]}" --no-deps --target "$torchtune/site" torchtune==0.6.1 torchao==0.13.0 torchdata==0.11.0 \
+    pip_in "$deps" --no-deps --target "$torchtune/site" torchtune==0.6.1 torchao==0.13.0 torchdata==0.11.0 \
       kagglehub==0.3.12 datasets==5.2.0 multiprocess==0.70.19 dill==0.4.1 xxhash==4.1.0 pyarrow==26.0.1 \
       pandas==3.1.1 pytz==2026.6 tzdata==2026.6 safetensors==0.8.0 sentencepiece==0.2.3 tiktoken==0.14.0 \
       blobfile==3.3.0 pycryptodomex==3.24.2 lxml==6.2.0 tokenizers==0.23.3 omegaconf==2.4.0 \

@@ -1,8 +1,9 @@
-"""``scripts/setup.sh`` gives each checkout a venv of its own.
+"""``scripts/setup.sh`` gives each checkout a venv of its own over one shared venv of dependencies.
 
 Its install is editable, so a venv two checkouts shared ran whichever checkout set it up last. Two copies of this
 checkout each run the script under one home directory (pip's cache stays the real one): each ``.venv`` imports
-``bridge`` from its own copy, through its own venv.
+``bridge`` from its own copy, through its own thin venv, and both see the third-party packages of one
+dependencies' venv, made once.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def test_each_checkout_runs_its_own_code(tmp_path: Path) -> None:
         assert _imported_from(checkout) == checkout.resolve() / "bridge" / "__init__.py"
         assert venv.parent == home.resolve() / ".cache" / "hpcbridge" / "venvs"
     assert venvs[0] != venvs[1]
+    deps = sorted((home / ".cache" / "hpcbridge" / "venvs").glob("deps-*"))
+    assert len(deps) == 1, deps  # made by the first setup, reused by the second
+    for checkout in (first, second):
+        yaml_from = subprocess.run([str(checkout / ".venv" / "bin" / "python"), "-c",
+                                    "import yaml; print(yaml.__file__)"], cwd="/", capture_output=True, text=True,
+                                   check=True).stdout.strip()
+        assert Path(yaml_from).resolve().is_relative_to(deps[0].resolve())
     # set up again: the second keeps its venv, and names the first's, whose checkout is gone
     shutil.rmtree(first)
     again = _setup(second, env)
