@@ -458,7 +458,14 @@ def test_the_operators_service_account_can_do_its_work_and_read_no_other_secret(
         assert not allowed("get", "secrets", namespace), namespace
         assert not allowed("list", "secrets", namespace), namespace
         assert not allowed("create", "jobsets", namespace, "jobset.x-k8s.io"), namespace
-    assert not allowed("create", "pods", bound) and not allowed("delete", "trainjobs", bound, GROUP)
+    # stand-in pods of the virtual nodes (clusterrole-nodes.yaml): created and their status written, never
+    # deleted, listed or exec'd into
+    assert allowed("create", "pods", bound) and allowed("patch", "pods", bound, subresource="status")
+    assert not allowed("delete", "pods", "default") and not allowed("list", "pods", "default")
+    assert not allowed("create", "pods", "default", subresource="exec")
+    assert allowed("patch", "nodes", subresource="status") and allowed("create", "subjectaccessreviews",
+                                                                      group="authorization.k8s.io")
+    assert not allowed("delete", "trainjobs", bound, GROUP)
     assert not allowed("update", "clusterroles", group="rbac.authorization.k8s.io")
 
 
