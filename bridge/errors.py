@@ -73,6 +73,16 @@ class AlreadyRan(BridgeError):
         super().__init__(_one_line(message))
 
 
+class JobGone(BridgeError):
+    """The TrainJob's job was sent before (its status says so), but neither the backend nor this machine's
+    record knows it any more: its outcome is lost. Sending it again would run it twice, so nothing is sent."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(_one_line(message))
+
+
 def closest(word: str, known: Iterable[str]) -> str | None:
     """The one of *known* closest to a mistyped *word*; None when none is close (a suggestion that is not near
     what was typed would mislead)."""

@@ -106,7 +106,10 @@ class Reconciler:
         # resumed after a suspend: the job the suspend stopped is finished, and runs again (a job sent after the
         # resume is found still running, or has finished and then the TrainJob is finished too)
         resumed = any(c.get("type") == cond.SUSPENDED for c in current)
-        prepared, submitted = self._submit(body, item, "rerun" if resumed else "attach")
+        # a TrainJob whose status (written only by the operator, never by its tenant) says it was sent is
+        # re-attached, never sent again: its job may have finished and been forgotten while no operator ran
+        sent = any(c.get("type") == cond.SUBMITTED and c.get("status") == "True" for c in current)
+        prepared, submitted = self._submit(body, item, "rerun" if resumed else "reattach" if sent else "attach")
         return self._follow(item, meta.get("annotations") or {}, prepared, submitted, resumed)
 
     def suspend(self, body: dict[str, Any], grace_seconds: float = 30.0) -> None:

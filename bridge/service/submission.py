@@ -10,7 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from bridge.annotations import ARRAY_ANNOTATION, DEPENDENCY_ANNOTATION
-from bridge.errors import AlreadyRan, BackendRejected, InvalidSpec
+from bridge.errors import AlreadyRan, BackendRejected, InvalidSpec, JobGone
 from bridge.service.jobs import job_refs
 from bridge.service.preparation import Prepared
 from bridge.service.retries import NO_RETRY, Retry
@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from bridge.plan import LaunchPlan
     from bridge.records import Records
 
-#: what submit does when the TrainJob's uid already has a finished job on the cluster
-IfFinished = Literal["error", "attach", "rerun"]
+#: what submit does when the TrainJob's uid already has a finished job on the cluster; "reattach" is "attach"
+#: for a TrainJob known to have been sent: a uid nobody knows any more raises JobGone instead of being sent again
+IfFinished = Literal["error", "attach", "reattach", "rerun"]
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,10 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
 
     A uid whose job is pending or running gets that job back. A uid whose job finished raises ``AlreadyRan``
     (``if_finished="error"``), gets the finished job back (``"attach"``, the operator re-attaching), or
-    runs again (``"rerun"``). The lookup asks the backend first, then the durable record for jobs the
-    backend no longer lists. Transient failures are retried whole, lookup included, so a retry after a
+    runs again (``"rerun"``). With ``"reattach"`` (the operator picking up a TrainJob whose status says it was
+    sent) a finished job is attached to, and a uid neither the backend nor the record knows raises ``JobGone``:
+    its job finished and was forgotten (Slurm's MinJobAge) while nobody watched, and sending it again would run
+    it twice. The lookup asks the backend first, then the durable record for jobs the backend no longer lists. Transient failures are retried whole, lookup included, so a retry after a
     send whose answer was lost finds the job instead of sending it twice.
     """
     if not batch:
@@ -149,6 +152,12 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
         to_send: list[Prepared] = []
         for prepared in pending:
             status = existing.get(prepared.plan.uid)
+            if status is None and if_finished == "reattach":
+                plan = prepared.plan
+                raise JobGone(f"{plan.namespace}/{plan.name} (uid {plan.uid}) was sent to cluster {plan.cluster} "
+                              "before, but the cluster no longer knows its job (it finished and was purged while "
+                              "no operator watched): its outcome is lost and it is not sent again; delete and "
+                              "re-create the TrainJob to run it again")
             found = None if status is None else _found(adapter, prepared.plan, status, if_finished)
             if found is None:
                 to_send.append(prepared)
@@ -185,7 +194,7 @@ def _found(adapter: Adapter, plan: LaunchPlan, status: JobStatus, if_finished: I
     (``rerun``: a backend with unique names first loses the finished one); AlreadyRan where it may not."""
     if not status.state.finished and status.state.value != "Unknown":
         return Submitted(status.ref, True, status)
-    if if_finished == "attach":
+    if if_finished in ("attach", "reattach"):
         return Submitted(status.ref, True, status)
     if if_finished == "rerun":
         if adapter.capabilities.unique_names:

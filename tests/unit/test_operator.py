@@ -219,6 +219,47 @@ def test_submissions_arriving_together_share_one_lookup_and_a_refused_one_fails_
     assert len({r.ref.job_id for r in results.values()}) == 4
 
 
+def test_a_trainjob_sent_before_whose_job_the_backend_forgot_is_not_sent_again(tmp_path, monkeypatch) -> None:
+    import pytest
+
+    from bridge import service
+    from bridge.errors import JobGone
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # an empty record: a new operator pod's disk
+    adapter = FakeBatchAdapter()
+    # its job finished and left squeue (MinJobAge) while no operator ran: re-attaching must not send it twice
+    with pytest.raises(JobGone, match="ns/gone .*not sent again"):
+        service.submit_many([_prepared(adapter, "gone")], if_finished="reattach")
+    assert adapter.sent == {}
+    # still known: re-attached as it is; a TrainJob never sent ("attach") is sent
+    adapter.sent["known"] = JobRef("hpc", "slurm", "7", "known", "known")
+    assert service.submit_many([_prepared(adapter, "known")], if_finished="reattach")[0].ref.job_id == "7"
+    assert service.submit_many([_prepared(adapter, "new")], if_finished="attach")[0].existing is False
+
+
+def test_the_reconciler_re_attaches_a_trainjob_whose_status_says_it_was_sent(monkeypatch) -> None:
+    from bridge.operator.reconciler import Reconciler
+
+    modes: list[str] = []
+    reconciler = Reconciler(api=FakeApi())
+
+    def submit(body, item, if_finished):
+        modes.append(if_finished)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(reconciler, "_submit", submit)
+    sent = {"type": "Submitted", "status": "True", "reason": "Submitted", "message": "as job 1"}
+    suspended = {"type": "Suspended", "status": "False", "reason": "Resumed", "message": "resumed"}
+    for conditions in ([], [sent], [sent, suspended]):
+        body = {"metadata": {"namespace": "ns", "name": "j", "uid": "u"}, "spec": {},
+                "status": {"conditions": conditions}}
+        try:
+            reconciler.run(body)
+        except RuntimeError:
+            pass
+    assert modes == ["attach", "reattach", "rerun"]
+
+
 class JournalAdapter(FakeAdapter):
     """A backend with an event journal whose job listing lags it by one poll."""
 
