@@ -78,11 +78,12 @@ class KubeApi:
         left out."""
         return _Clusters(self, self._cluster_objects())
 
-    def _cluster_objects(self) -> dict[str, BridgeCluster]:
+    def _cluster_objects(self, fresh: bool = False) -> dict[str, BridgeCluster]:
         from bridge.api.loader import parse_object
 
         with self._lock:
-            if self._clusters is not None and time.monotonic() - self._clusters[0] < self.cluster_ttl:
+            if not fresh and self._clusters is not None and \
+                    time.monotonic() - self._clusters[0] < self.cluster_ttl:
                 return self._clusters[1]
         listing = self._call("list bridgeclusters", self.custom.list_cluster_custom_object, BRIDGE_GROUP,
                              BRIDGE_VERSION, "bridgeclusters")
@@ -249,12 +250,17 @@ def without_server_fields(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Clusters(Mapping[str, "BridgeCluster"]):
-    """BridgeClusters by name; looking one up writes its credentials (``KubeApi.with_credentials``)."""
+    """BridgeClusters by name; looking one up writes its credentials (``KubeApi.with_credentials``). A name the
+    cached listing lacks is looked up in a fresh one before it is called unknown: a BridgeCluster created a
+    moment before its first TrainJob must not refuse that TrainJob for good."""
 
     def __init__(self, api: KubeApi, objects: dict[str, BridgeCluster]) -> None:
         self.api, self.objects = api, objects
+        self.fresh = False
 
     def __getitem__(self, name: str) -> BridgeCluster:
+        if name not in self.objects and not self.fresh:
+            self.objects, self.fresh = self.api._cluster_objects(fresh=True), True
         return self.api.credentialed(self.objects[name])
 
     def __iter__(self) -> Iterator[str]:

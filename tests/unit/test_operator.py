@@ -352,3 +352,31 @@ def test_migrate_to_on_a_trainjob_with_nothing_running_elsewhere_moves_nothing()
     # no checkpoint directory declared: refused before anything is stopped
     assert reconciler.migrate(body({**running, "hpcbridge.io/migrate-to": "b"})) == remove
     assert reconciler.api.events == [("t", "MigrationRefused", True)]
+
+
+def test_a_bridgecluster_created_after_the_cached_listing_is_found_not_called_unknown(tmp_path) -> None:
+    """The operator caches the BridgeCluster listing for a few seconds; a TrainJob naming a cluster created
+    meanwhile must find it (a fresh listing on a miss), not be refused for good as naming no such cluster."""
+    from kubernetes import client
+
+    from bridge.operator.kube import KubeApi
+
+    def bridgecluster(name: str) -> dict:
+        return {"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
+                "spec": {"type": "slurm", "slurm": {"transport": "local"}}}
+
+    api = KubeApi(client.ApiClient(), cluster_ttl=3600, credentials_namespace="ops", secret_dir=str(tmp_path))
+    listed = [bridgecluster("old")]
+    lists: list[int] = []
+
+    def list_cluster_custom_object(*_args):
+        lists.append(1)
+        return {"items": list(listed)}
+
+    api.custom.list_cluster_custom_object = list_cluster_custom_object
+    assert sorted(api.clusters()) == ["old"]
+    listed.append(bridgecluster("new"))  # created after the listing was cached
+    clusters = api.clusters()
+    assert "new" in clusters and clusters["new"].name == "new"
+    assert "nosuch" not in clusters  # a name nobody created stays unknown, after one fresh listing, not one each
+    assert len(lists) == 2
