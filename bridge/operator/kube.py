@@ -78,6 +78,11 @@ class KubeApi:
         left out."""
         return _Clusters(self, self._cluster_objects())
 
+    def cluster_specs(self) -> Mapping[str, BridgeCluster]:
+        """BridgeClusters by name as listed, without their credentials: for what reads only their type and
+        annotations (the virtual nodes), so a cluster whose Secret cannot be read still shows."""
+        return dict(self._cluster_objects())
+
     def _cluster_objects(self, fresh: bool = False) -> dict[str, BridgeCluster]:
         from bridge.api.loader import parse_object
 

@@ -305,8 +305,8 @@ def start(api: Any, reconciler: Any, env: Mapping[str, str] = os.environ) -> Non
     if not enabled(env):
         return
     endpoint = Endpoint.from_env(env)
-    nodes = VirtualNodes(api, endpoint, api.clusters)
-    pods = StandinPods(api, nodes.node_for, lambda cluster: str(api.clusters()[cluster].spec.type))
+    nodes = VirtualNodes(api, endpoint, api.cluster_specs)
+    pods = StandinPods(api, nodes.node_for, lambda cluster: str(api.cluster_specs()[cluster].spec.type))
     reconciler.on_status = pods.mirror
 
     def adapter_for(cluster: str) -> Adapter:

@@ -190,7 +190,10 @@ class VirtualNodes:
         now = now or datetime.datetime.now(datetime.UTC)
         wanted = {name: cluster for name, cluster in self.clusters().items() if wants_node(cluster)}
         for cluster in wanted.values():
-            self._keep(cluster, now)
+            try:  # one cluster's trouble must not keep the others' Nodes from their heartbeats
+                self._keep(cluster, now)
+            except BridgeError as exc:
+                log.warning("virtual node of BridgeCluster %s: %s", cluster.name, exc)
         for name, node in self._ours().items():
             if name not in wanted:
                 self._remove(name, node)

@@ -380,3 +380,30 @@ def test_a_bridgecluster_created_after_the_cached_listing_is_found_not_called_un
     assert "new" in clusters and clusters["new"].name == "new"
     assert "nosuch" not in clusters  # a name nobody created stays unknown, after one fresh listing, not one each
     assert len(lists) == 2
+
+
+def test_a_bridgecluster_whose_credentials_cannot_be_read_still_gets_its_virtual_node_and_spoils_no_other(
+        tmp_path) -> None:
+    """The virtual nodes read the BridgeClusters' listing without credentials: one whose Secret the operator may
+    not read (another namespace's) fails only its TrainJobs, and every cluster keeps its Node."""
+    import pytest
+    from kubernetes import client
+
+    from bridge.errors import InvalidSpec
+    from bridge.operator.kube import KubeApi
+    from bridge.operator.virtual_node import wants_node
+
+    def bridgecluster(name: str, slurm: dict) -> dict:
+        return {"apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": name},
+                "spec": {"type": "slurm", "slurm": slurm}}
+
+    elsewhere = {"name": "creds", "namespace": "default", "key": "id"}
+    listed = [bridgecluster("hpc", {"transport": "local"}),
+              bridgecluster("elsewhere", {"transport": "ssh", "host": "login", "keySecretRef": elsewhere,
+                                          "knownHostsSecretRef": {**elsewhere, "key": "known_hosts"}})]
+    api = KubeApi(client.ApiClient(), credentials_namespace="ops", secret_dir=str(tmp_path))
+    api.custom.list_cluster_custom_object = lambda *_args: {"items": listed}
+    with pytest.raises(InvalidSpec, match="only from Secrets in its own namespace"):
+        dict(api.clusters().items())  # what the virtual nodes once read: one bad cluster failed the whole pass
+    specs = api.cluster_specs()
+    assert sorted(specs) == ["elsewhere", "hpc"] and all(wants_node(c) for c in specs.values())
