@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -111,9 +110,8 @@ def queued(real_kube, slurm_cluster, tmp_path_factory):
     try:
         yield op
     finally:
-        op.kill(signal.SIGTERM)
+        op.close()
         real_kube.kube.stop_kueue()
-        op.api.close()
         admin.close()
 
 

@@ -148,6 +148,13 @@ class Operator:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
 
+    def close(self) -> None:
+        """End the operator for good: its process, then the virtual nodes it registered, which stay after it as a
+        stopped kubelet's Node does (other modules count the cluster's nodes), then the API connection."""
+        self.kill(signal.SIGTERM)
+        self.core.delete_collection_node(label_selector="hpcbridge.io/managed-by=virtual-node")
+        self.api.close()
+
     def logs(self, tail: int | None = 4000) -> str:
         """The operator's output: the last *tail* characters, every start's with ``tail=None``."""
         if tail is None:
@@ -251,10 +258,7 @@ def operator(real_kube, slurm_cluster, tmp_path_factory):
         assert exc.status == 409, exc.body
     op.start()
     yield op
-    op.kill(signal.SIGTERM)
-    # the virtual nodes stay, as a stopped kubelet's Node does: gone before other modules count nodes
-    op.core.delete_collection_node(label_selector="hpcbridge.io/managed-by=virtual-node")
-    op.api.close()
+    op.close()
 
 
 def test_a_trainjob_applied_runs_on_slurm_and_completes(operator) -> None:

@@ -13,7 +13,6 @@ import grp
 import os
 import pwd
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -166,8 +165,7 @@ def shared(real_kube, slurm_cluster, netns_slurm, netns_hosts, tenant_machine, t
     try:
         yield op, namespaces
     finally:
-        op.kill(signal.SIGTERM)
-        op.api.close()
+        op.close()
 
 
 def _over_ssh(op: Operator, ns: dict, netns_slurm, netns_hosts, keys: Path, changed: list) -> None:
