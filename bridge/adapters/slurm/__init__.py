@@ -263,11 +263,15 @@ class SlurmAdapter(Adapter):
         from bridge.adapters.slurm import sinfo
 
         rows = sinfo.parse(self._check(self.transport.run(sinfo.SINFO, timeout=30), "sinfo").stdout)
-        if sinfo.beyond_partition(rows, NodeNeed.of(plan), plan.nodes, plan.options.partition,
-                                  plan.time_limit_seconds) is None:
+        beyond = sinfo.beyond_partition(rows, NodeNeed.of(plan), plan.nodes, plan.options.partition,
+                                        plan.time_limit_seconds)
+        if beyond is None:
             return False  # within its partition's limits and still impossible: sbatch refuses it too
         config = self._check(self.transport.run(["scontrol", "show", "config"], timeout=30), "scontrol").stdout
         enforce = re.search(r"^EnforcePartLimits\s*=\s*(\S+)", config, re.MULTILINE)
+        version = re.search(r"^SLURM_VERSION\s*=\s*(\d+)\.(\d+)", config, re.MULTILINE)
+        if version is not None and (int(version.group(1)), int(version.group(2))) == (24, 11):
+            return False  # 24.11's sbatch refuses such a job at submission, whatever EnforcePartLimits says
         return enforce is not None and enforce.group(1).upper() == "NO"
 
     # --- following -----------------------------------------------------------------------------------

@@ -82,7 +82,11 @@ def test_a_standby_takes_over_from_a_killed_and_an_upgraded_replica_without_dupl
         uids = {f"ha-{i}": operator.apply(ns, f"ha-{i}", "slurm", ["sleep", "4"])["metadata"]["uid"]
                 for i in range(6)}
         operator.until(ns, "ha-0", is_true("Submitted"))
-        assert "standing by as replica-b (replica-a holds the Lease)" in b.logs(None)
+        # b reads the Lease once it has started (seconds on a busy machine): then it says it stands by
+        deadline = time.monotonic() + 60
+        while "standing by as replica-b (replica-a holds the Lease)" not in b.logs(None):
+            assert time.monotonic() < deadline and b.proc is not None and b.proc.poll() is None, b.logs(None)
+            time.sleep(0.2)
         assert "ha-" not in b.logs(None)  # the standby touched no TrainJob
         a.kill(signal.SIGKILL)  # mid-flight: some submitted, some maybe not yet
         for i in range(6, 9):

@@ -108,7 +108,10 @@ def test_the_scheduler_answers_a_dry_run_as_it_answers_submit(name: str, sent: l
     path = tmp_path / f"{name}.sbatch"
     path.write_text(SCRIPTS[name])
     dry = run_cli(["submit", str(path), "--cluster", "hpc", "--dry-run"])
-    if name in PENDS:
+    from tests.harness import slurm_versions
+
+    # 22.05 and 26.05 queue a job beyond its partition (EnforcePartLimits=NO) to pend; 24.11's sbatch refuses it
+    if name in PENDS and slurm_versions.requested() != "24.11":
         assert dry.code == 0 and dry.out, dry
     else:
         assert dry.code == 1 and dry.errors and SUBMISSION_FAILED in dry.errors[0], dry

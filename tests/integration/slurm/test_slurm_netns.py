@@ -174,7 +174,8 @@ def test_batch_script_over_ssh_is_sent_as_it_is(netns_slurm, netns_hosts, tmp_pa
 
 def test_training_operator_v1_jobs_run_across_hosts(netns_slurm, tmp_path) -> None:
     """A TFJob (chief + 2 workers) and an MPIJob (3 workers) read as they are, converted, and run on Slurm
-    spanning 3 hosts: each TFJob node gets TF_CONFIG naming its own host and role; the MPIJob's ranks meet."""
+    spanning 3 hosts: each TFJob node gets TF_CONFIG naming its own host (by its address) and role; the MPIJob's
+    ranks meet."""
     from bridge import service
 
     cluster = bridge_cluster(netns_slurm)
@@ -206,7 +207,10 @@ def test_training_operator_v1_jobs_run_across_hosts(netns_slurm, tmp_path) -> No
         text = "".join(adapter.logs(ref))
         assert status.state == JobState.SUCCEEDED, text
         if name == "tf":
-            cluster_line = '{"chief": ["node-0:2223"], "worker": ["node-1:2224", "node-2:2225"]}'
+            # each host by its NodeAddr (what the nodes reach), not its Slurm name
+            ip = {host.name: host.ip for host in netns_slurm.hosts.hosts}
+            cluster_line = (f'{{"chief": ["{ip["node-0"]}:2223"], "worker": ["{ip["node-1"]}:2224", '
+                            f'"{ip["node-2"]}:2225"]}}')
             assert sorted(line.split(" of ")[0] for line in text.splitlines() if " of cluster " in line) == \
                 ["chief 0", "worker 0", "worker 1"], text
             assert text.count(cluster_line) == 3, text
