@@ -19,6 +19,23 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+
+def kube_call(what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """*fn*'s answer; an API error other than 404/409 (which callers tell apart) or a broken connection as
+    BackendUnavailable naming *what* was asked."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return fn(*args, **kwargs)
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            raise
+        raise BackendUnavailable("kubernetes", f"{what}: HTTP {exc.status} {exc.reason}") from None
+    except (HTTPError, OSError) as exc:
+        raise BackendUnavailable("kubernetes", f"{what}: {exc}") from None
+
+
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 BRIDGE_GROUP, BRIDGE_VERSION = "hpcbridge.io", "v1alpha1"
 COMPONENT = "hpcbridge-operator"
@@ -58,17 +75,7 @@ class KubeApi:
         os.chmod(self.secret_dir, 0o700)
 
     def _call(self, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return fn(*args, **kwargs)
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                raise
-            raise BackendUnavailable("kubernetes", f"{what}: HTTP {exc.status} {exc.reason}") from None
-        except (HTTPError, OSError) as exc:
-            raise BackendUnavailable("kubernetes", f"{what}: {exc}") from None
+        return kube_call(what, fn, *args, **kwargs)
 
     # --- in
 

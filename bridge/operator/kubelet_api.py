@@ -32,8 +32,9 @@ from bridge.annotations import (
     MANAGED_LABEL,
 )
 from bridge.errors import BridgeError, InvalidSpec
+from bridge.operator.kube import kube_call
 from bridge.operator.standin_pods import NODE
-from bridge.operator.virtual_node import MANAGED_BY, Endpoint, kube_call
+from bridge.operator.virtual_node import MANAGED_BY, Endpoint
 
 if TYPE_CHECKING:
     from bridge.adapters.base import Adapter

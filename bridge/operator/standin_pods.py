@@ -28,7 +28,8 @@ from bridge.annotations import (
     UID_LABEL,
 )
 from bridge.errors import BridgeError
-from bridge.operator.virtual_node import MANAGED_BY, kube_call
+from bridge.operator.kube import kube_call
+from bridge.operator.virtual_node import MANAGED_BY
 
 if TYPE_CHECKING:
     from bridge.adapters.base import JobStatus

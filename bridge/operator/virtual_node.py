@@ -26,7 +26,8 @@ from bridge.annotations import (
     NODE_CLUSTER_TYPE_LABEL,
     VIRTUAL_NODE_ANNOTATION,
 )
-from bridge.errors import BackendUnavailable, BridgeError, InvalidSpec
+from bridge.errors import BridgeError, InvalidSpec
+from bridge.operator.kube import kube_call
 from bridge.plan.traits import traits_of
 
 if TYPE_CHECKING:
@@ -67,22 +68,6 @@ class Endpoint:
             raise InvalidSpec(PORT_ENV, port_text, "must be a port from 1 to 65535")
         address = env.get(ADDRESS_ENV) or env.get("POD_IP") or _own_address()
         return cls(address, int(port_text))
-
-
-def kube_call(what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-    """*fn*'s answer; an API error other than 404/409 (which callers tell apart) or a broken connection as
-    BackendUnavailable naming *what* was asked."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        return fn(*args, **kwargs)
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            raise
-        raise BackendUnavailable("kubernetes", f"{what}: HTTP {exc.status} {exc.reason}") from None
-    except (HTTPError, OSError) as exc:
-        raise BackendUnavailable("kubernetes", f"{what}: {exc}") from None
 
 
 def _own_address() -> str:
