@@ -48,7 +48,10 @@ def test_the_slurm_cluster_is_a_ready_tainted_node_and_the_kubernetes_cluster_is
     node = wait_for("its kubelet port", lambda: (lambda n: n if n.status.daemon_endpoints.kubelet_endpoint.port ==
                                                  operator.kubelet_port else None)(operator.core.read_node(NODE)))
     assert [c.status for c in node.status.conditions if c.type == "Ready"] == ["True"]
-    lease = client.CoordinationV1Api(operator.api).read_namespaced_lease(NODE, "kube-node-lease")
+    leases = client.CoordinationV1Api(operator.api)
+    # the Lease is written right after the node's status, in the same round: wait for it as for the port
+    lease = wait_for("its lease", lambda: next((item for item in leases.list_namespaced_lease(
+        "kube-node-lease").items if item.metadata.name == NODE), None))
     assert lease.spec.holder_identity == NODE
     names = {n.metadata.name for n in operator.core.list_node().items}
     assert "hpcbridge-pods" not in names  # its backend runs pods of its own
