@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from types import SimpleNamespace as NS
 
-from bridge.adapters.kubernetes.status import event_time, failed_job_exit_code, trainer_steps
+from bridge.adapters.kubernetes.status import event_time, failed_job_exit_code, live_pods, trainer_steps
 
 MPI_JOBSET = {"spec": {"replicatedJobs": [
     {"name": "node", "template": {"metadata": {}}},
@@ -43,3 +43,17 @@ def test_an_events_time_is_its_latest_observation() -> None:
     series = NS(series=NS(last_observed_time=later), last_timestamp=None, event_time=at, first_timestamp=None,
                 metadata=None)
     assert event_time(core) == at.timestamp() and event_time(series) == later.timestamp()
+
+
+def _pod(jobset: str, phase: str | None):
+    return NS(metadata=NS(labels={"jobset.sigs.k8s.io/jobset-name": jobset}),
+              status=NS(phase=phase) if phase else None)
+
+
+def test_a_cancelled_jobsets_pods_that_may_still_run_count_as_live() -> None:
+    # a pod being deleted keeps phase Running until its container has stopped: a move waits for it
+    pods = [_pod("a", "Running"), _pod("a", "Succeeded"), _pod("a", "Failed"), _pod("a", "Pending"),
+            _pod("a", None), _pod("b", "Running")]
+    assert live_pods(pods, "a") == 3
+    assert live_pods(pods, "b") == 1
+    assert live_pods([_pod("a", "Failed")], "a") == 0 and live_pods([], "a") == 0

@@ -35,6 +35,7 @@ from bridge.adapters.kubernetes.status import (
     creation_warning,
     failed_job_exit_code,
     jobset_state,
+    live_pods,
     pod_exit_code,
     quota_message,
     trainer_steps,
@@ -258,7 +259,7 @@ class KubernetesAdapter(Adapter):
             listing = self._call("list jobsets", self._custom().list_namespaced_custom_object, GROUP, VERSION,
                                  namespace, PLURAL, label_selector=UID_LABEL)
             jobsets = {item["metadata"]["name"]: item for item in listing.get("items", [])}
-            pending, failed = [], []
+            pending, failed, cancelled = [], [], []
             for ref in group:
                 jobset = jobsets.get(ref.job_id.split("/", 1)[1])
                 if jobset is None:
@@ -269,6 +270,8 @@ class KubernetesAdapter(Adapter):
                     pending.append(ref)
                 elif statuses[ref].state == JobState.FAILED:
                     failed.append(ref)
+                elif statuses[ref].state == JobState.CANCELLED:
+                    cancelled.append(ref)
             queued = [ref for ref in pending if statuses[ref].reason == "Queued"]
             if queued:
                 self._queue_reasons(namespace, queued, statuses, jobsets)
@@ -277,7 +280,21 @@ class KubernetesAdapter(Adapter):
                 self._scheduling_reasons(namespace, pending, statuses, jobsets)
             if failed:
                 self._exit_codes(namespace, failed, statuses, jobsets)
+            if cancelled:
+                self._stopping(namespace, cancelled, statuses)
         return statuses
+
+    def _stopping(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus]) -> None:
+        """A cancelled JobSet has ended only once its pods have: until then (SIGTERM sent, their grace running)
+        it is Running, reason Stopping, so that nothing runs it again elsewhere while its last step still writes.
+        One pod list per namespace."""
+        names = ",".join(ref.job_id.split("/", 1)[1] for ref in refs)
+        pods = self._call("list pods", self._core().list_namespaced_pod, namespace,
+                          label_selector=f"{JOBSET_NAME_LABEL} in ({names})").items
+        for ref in refs:
+            if live := live_pods(pods, ref.job_id.split("/", 1)[1]):
+                statuses[ref] = JobStatus(ref, JobState.RUNNING, reason="Stopping",
+                                          message=f"cancelled; {live} pod(s) still stopping")
 
     def _exit_codes(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus], jobsets: dict[str, dict[str, Any]]) -> None:
         """A failed JobSet's exit code: its trainer step's pod's command's (the MPI launcher's, which carries the

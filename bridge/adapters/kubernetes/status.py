@@ -133,6 +133,13 @@ def pod_exit_code(pods: list[V1Pod], jobset: str, trainer_steps: set[str]) -> in
     return min(codes)[1] if codes else None
 
 
+def live_pods(pods: list[V1Pod], jobset: str) -> int:
+    """How many of JobSet *jobset*'s pods may still run its command: those not Succeeded or Failed (a pod being
+    deleted runs until its container has stopped)."""
+    return sum(1 for pod in pods if (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL) == jobset
+               and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed")))
+
+
 def creation_warning(events: list[Any], name: str, jobset: dict[str, Any]) -> Any | None:
     """The last warning event about JobSet *name* or its Jobs since it was created, if any."""
     spec = jobset.get("spec") or {}
