@@ -184,9 +184,20 @@ def run_child(argv: Sequence[str], env: Mapping[str, str], meeting: rendezvous.M
 
 def chunks_workers(spec: LaunchSpec) -> bool:
     """Whether torchrun's workers on this node write through bridge.mpi.rankchunks: they share torchrun's pipe
-    where there are several, and the command is not one that runs torchrun itself."""
-    return (spec.launcher == "torchrun" and spec.procs_per_node > 1
-            and not launchers.calls_torchrun(spec.command))
+    where there are several (wrapped by the launch's torchrun, or by the shim a command that runs torchrun itself
+    finds first on its PATH)."""
+    return spec.launcher == "torchrun" and spec.procs_per_node > 1
+
+
+def with_torchrun_shim(spec: LaunchSpec, env: dict[str, str], workdir: str) -> dict[str, str]:
+    """*env* with bridge.mpi.rankchunks' torchrun first on PATH, for a command that runs torchrun itself and
+    whose workers' lines are tagged."""
+    if chunks_workers(spec) and launchers.calls_torchrun(spec.command):
+        from bridge.mpi import rankchunks
+
+        shims = rankchunks.write_torchrun_shim(workdir, sys.executable)
+        env["PATH"] = shims + os.pathsep + env.get("PATH", os.defpath)
+    return env
 
 
 def writers(spec: LaunchSpec, topology: discovery.Topology) -> int:
@@ -530,6 +541,8 @@ def run(spec: LaunchSpec) -> int:
             return 0
         env = child_env(spec, os.environ, topology)
         meeting = rendezvous.meeting(spec, topology, env)
-        return run_tagged(spec, topology, argv, env, meeting) if tagged else run_child(argv, env, meeting)
+        if not tagged:
+            return run_child(argv, env, meeting)
+        return run_tagged(spec, topology, argv, with_torchrun_shim(spec, env, workdir), meeting)
     finally:
         remove_workdir(workdir)

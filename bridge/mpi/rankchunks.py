@@ -10,6 +10,12 @@ character no text a program prints holds.
 The command stays in this process's group: torchrun ends a worker by signalling its group, which reaches both.
 The signals are noted here, not forwarded (the command has them already), so that this relay outlives the command
 and carries its last lines; the command's exit, or the signal that ended it, becomes this process's own.
+
+A command that runs torchrun itself (the Kubeflow SDK's ``bash -c "torchrun …"``, a script calling torchrun) is
+launched as it is, so the launch cannot wrap the workers; instead it puts a ``torchrun`` of its own first on the
+command's PATH (write_torchrun_shim): ``python -m bridge.mpi.rankchunks --torchrun SHIM_DIR ARG…`` reads the
+arguments with torchrun's own parser and runs the real torchrun with ``--no-python`` and the worker's command
+wrapped here, as the launch does with its own torchrun.
 """
 
 from __future__ import annotations
@@ -107,9 +113,79 @@ def run(command: Sequence[str], rank: int) -> int:
     return shell_code(returncode)
 
 
+def write_torchrun_shim(directory: str, python: str) -> str:
+    """A ``torchrun`` executable in *directory*/torchrun-bin (the launch's private workdir) that runs the real one
+    with its workers wrapped here; the folder's path, to go first on the command's PATH."""
+    from bridge.shell import quote
+
+    shims = os.path.join(directory, "torchrun-bin")
+    os.mkdir(shims, 0o700)
+    path = os.path.join(shims, "torchrun")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f'#!/bin/sh\nexec {quote(python)} -m {MODULE} --torchrun {quote(shims)} "$@"\n')
+    os.chmod(path, 0o700)
+    return shims
+
+
+def torchrun_python(torchrun: Sequence[str]) -> str:
+    """The Python torchrun runs its workers with (its own): the interpreter its script's ``#!`` names, else
+    ours."""
+    if len(torchrun) > 1:  # python -m torch.distributed.run
+        return torchrun[0]
+    try:
+        with open(torchrun[0], "rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return sys.executable
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    return words[0] if len(words) == 1 and "python" in os.path.basename(words[0]) else sys.executable
+
+
+def wrapped_torchrun_args(args: Sequence[str], python: str) -> list[str] | None:
+    """torchrun's *args* with the worker's command run through this module (``--no-python`` and the command as
+    torchrun would have run it, by *python*); None where they are not a job to wrap (no torch here to read them
+    with, ``--help``, a mistake torchrun should report itself, ``--run-path``'s in-process workers)."""
+    try:
+        from torch.distributed.run import get_args_parser
+    except ImportError:
+        return None
+    try:
+        parsed = get_args_parser().parse_args(list(args))
+    except SystemExit:
+        return None
+    rest = list(parsed.training_script_args)
+    index = len(args) - len(rest) - 1
+    if parsed.run_path or index < 0 or args[index] != parsed.training_script:
+        return None
+    if parsed.no_python:
+        worker = [parsed.training_script, *rest]
+    else:
+        worker = [python, "-u", *(["-m"] if parsed.module else []), parsed.training_script, *rest]
+    options = [arg for arg in args[:index] if arg not in ("-m", "--module", "--no-python", "--no_python")]
+    return [*options, "--no-python", *wrap(worker)]
+
+
+def run_torchrun(shim_dir: str, args: Sequence[str]) -> int:
+    """The shim's work: the real torchrun (PATH without the shim) with its workers wrapped where it can be."""
+    from bridge.mpi.launchers import find_torchrun
+
+    path = [entry for entry in os.environ.get("PATH", "").split(os.pathsep) if entry != shim_dir]
+    os.environ["PATH"] = os.pathsep.join(path)  # the workers and anything torchrun starts see no shim
+    torchrun = find_torchrun()
+    wrapped = wrapped_torchrun_args(args, torchrun_python(torchrun))
+    argv = [*torchrun, *(wrapped if wrapped is not None else args)]
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        print(f"hpcbridge: {argv[0]}: {error.strerror}", file=sys.stderr)
+    return 127
+
+
 def main(argv: Sequence[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "--torchrun":
+        return run_torchrun(argv[1], argv[2:])
     if not argv:
-        print(f"usage: python -m {MODULE} COMMAND [ARG…]", file=sys.stderr)
+        print(f"usage: python -m {MODULE} COMMAND [ARG…] | --torchrun SHIM_DIR [TORCHRUN_ARG…]", file=sys.stderr)
         return 2
     from bridge.mpi.exits import ending_signal
 

@@ -106,3 +106,61 @@ def test_the_wrapper_ends_as_its_command_did(tmp_path: Path) -> None:
     assert wrapper("kill -TERM $$").returncode == -signal.SIGTERM
     missing = subprocess.run(rankchunks.wrap(["no-such-command-here"]), capture_output=True, text=True, timeout=60)
     assert missing.returncode == 127 and "no-such-command-here" in missing.stderr
+
+
+#: a torchrun that takes ``--nproc-per-node N [--no-python] SCRIPT|COMMAND…`` as the real one does, without torch:
+#: its workers inherit its stdout and stderr
+FAKE_TORCHRUN_ON_PATH = """
+import os, subprocess, sys
+args = sys.argv[1:]
+workers = int(args[args.index("--nproc-per-node") + 1])
+rest = args[args.index("--nproc-per-node") + 2:]
+command = rest[1:] if rest[0] == "--no-python" else [sys.executable, "-u", *rest]
+procs = [subprocess.Popen(command, env={**os.environ, "RANK": str(rank)}) for rank in range(workers)]
+sys.exit(max(proc.wait() for proc in procs))
+"""
+
+
+def test_torchrun_args_get_the_workers_command_wrapped() -> None:
+    pytest.importorskip("torch")
+    assert rankchunks.wrapped_torchrun_args(["--nproc-per-node=2", "train.py", "--lr", "1"], "/py") == [
+        "--nproc-per-node=2", "--no-python", *rankchunks.wrap(["/py", "-u", "train.py", "--lr", "1"])]
+    assert rankchunks.wrapped_torchrun_args(["-m", "pkg.train", "-x"], "/py") == [
+        "--no-python", *rankchunks.wrap(["/py", "-u", "-m", "pkg.train", "-x"])]
+    assert rankchunks.wrapped_torchrun_args(["--no-python", "./run.sh", "a"], "/py") == [
+        "--no-python", *rankchunks.wrap(["./run.sh", "a"])]
+    assert rankchunks.wrapped_torchrun_args(["--run-path", "train.py"], "/py") is None  # in-process workers
+    assert rankchunks.wrapped_torchrun_args(["--nnodes"], "/py") is None  # torchrun says what is wrong
+
+
+@pytest.mark.parametrize("shim", [True, False])
+def test_a_command_that_runs_torchrun_itself_gets_its_workers_lines_whole_and_tagged(
+        shim: bool, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``bash -c "torchrun …"`` (the Kubeflow SDK's command): the launch cannot wrap the workers, so the torchrun
+    the command finds first on PATH is the launch's, which runs the real one with them wrapped."""
+    pytest.importorskip("torch")  # the shim reads torchrun's arguments with torchrun's own parser
+    real = tmp_path / "real-bin"
+    real.mkdir()
+    (real / "torchrun").write_text(f"#!{sys.executable}\n{FAKE_TORCHRUN_ON_PATH}")
+    (real / "torchrun").chmod(0o755)
+    (tmp_path / "halves.py").write_text(HALVES)
+    turn = tmp_path / "turn"
+    turn.mkdir()
+    spec = _spec(command=("bash", "-c", f"cd {tmp_path} && torchrun --nproc-per-node 2 halves.py {turn}"))
+    topology = discovery.discover("local", slots=2, nodes=1, rank=0)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    env = {**os.environ, "PATH": f"{real}:{os.environ['PATH']}"}
+    if shim:
+        env = bootstrap.with_torchrun_shim(spec, env, str(workdir))
+    code = bootstrap.run_tagged(spec, topology, bootstrap.launch_argv(spec, topology, str(workdir), tag_output=True)
+                                or [], env)
+    captured = capfd.readouterr()
+    assert code == 0, captured
+    out, err = captured.out.splitlines(), captured.err.splitlines()
+    if not shim:  # the old launch: both workers on torchrun's one pipe, halves of two lines glued together
+        assert out[0] in ("[node-0 rank-0] rank 0 A rank 1 A B", "[node-0 rank-0] rank 1 A rank 0 A B",
+                          "[node-0] rank 0 A rank 1 A B", "[node-0] rank 1 A rank 0 A B")
+        return
+    assert sorted(out) == ["[node-0 rank-0] rank 0 A B", "[node-0 rank-1] rank 1 A B"]
+    assert sorted(err) == [f"[node-0 rank-{rank}] err {rank} " + "x" * 9000 for rank in (0, 1)]
