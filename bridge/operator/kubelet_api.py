@@ -1,22 +1,28 @@
 """The kubelet API of the virtual nodes, served by the operator over HTTPS: what ``kubectl logs`` and the Kubeflow
-SDK reach through the API server for a stand-in pod (``GET /containerLogs/{namespace}/{pod}/{container}``), and
-``/healthz``.
+SDK reach through the API server for a stand-in pod (``GET /containerLogs/{namespace}/{pod}/{container}``), the
+stand-in pods' status (``GET /pods``), and ``/healthz``.
 
-As a kubelet with ``--anonymous-auth=false`` and ``--authorization-mode=Webhook``: a request without a client
-certificate the API server's client CA signed is 401; the certificate's subject (CN the user, O its groups) must be
-allowed ``get`` on ``nodes/proxy`` of the pod's node, asked of the API server in a SubjectAccessReview, else 403.
+As a kubelet with ``--anonymous-auth=false`` and ``--authentication-token-webhook``/``--authorization-mode=Webhook``:
+the caller is the subject of a client certificate the API server's client CA signed (CN the user, O its groups),
+else the user a bearer token is, asked of the API server in a TokenReview; neither is 401. The caller must be
+allowed ``get`` on ``nodes/proxy`` of the node, asked of the API server in a SubjectAccessReview, else 403.
 
 The backend keeps no time per output line: ``timestamps`` stamps each line with when the operator read it, and
 ``sinceSeconds``/``sinceTime`` keep what is read after that time (the output written before the request is read at
-the request, so it is kept). A job's output is one stream: node 0's pod serves it all, the others none.
+the request, so it is kept). A job's output is one stream, in which the operator's jobs tag each line with the
+node that wrote it (``[node-N] ``, ``[node-N rank-R] ``: ``hpcbridge launch``'s tags): each pod serves its node's
+lines without the node's tag; an untagged line (a one-node job's, the batch script's own, the backend's) is node
+0's.
 """
 
 from __future__ import annotations
 
 import datetime
 import itertools
+import json
 import logging
 import os
+import re
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -38,6 +44,7 @@ from bridge.operator.virtual_node import MANAGED_BY, Endpoint
 
 if TYPE_CHECKING:
     from bridge.adapters.base import Adapter
+    from bridge.operator.standin_pods import StandinPods
 
 log = logging.getLogger("hpcbridge.operator")
 
@@ -93,6 +100,35 @@ class LogQuery:
                    tail_lines=number("tailLines", 0), limit_bytes=number("limitBytes", 1), since=since)
 
 
+#: the tag ``hpcbridge launch`` writes before each line of a tagged job (bridge.mpi.bootstrap.node_label and
+#: rank_label): group 1 the node, group 2 the rank's own tag, if any
+NODE_TAG = re.compile(r"\[node-(\d+)(?: (rank-\d+))?\] ")
+
+
+def of_node(line: str, node: int) -> str | None:
+    """*line* as node *node*'s pod shows it (its node tag gone, a rank's tag kept as ``[rank-R] ``), or None
+    where another node wrote it; an untagged line is node 0's."""
+    match = NODE_TAG.match(line)
+    if match is None:
+        return line if node == 0 else None
+    if int(match.group(1)) != node:
+        return None
+    return (f"[{match.group(2)}] " if match.group(2) else "") + line[match.end():]
+
+
+def node_lines(chunks: Iterable[str], node: int) -> Iterator[str]:
+    """The job's output *chunks* cut down to node *node*'s lines, a chunk for each (empty where a chunk holds none
+    of them, so that the first stays the first: what was written before the request). A line is kept whole
+    until its newline comes (a tag says whose line it is only at its start)."""
+    partial = ""
+    for chunk in chunks:
+        lines = (partial + chunk).split("\n")
+        partial = lines.pop()
+        yield "".join(f"{kept}\n" for line in lines if (kept := of_node(line, node)) is not None)
+    if partial and (kept := of_node(partial, node)) is not None:
+        yield kept
+
+
 def stamp(moment: datetime.datetime) -> str:
     """RFC 3339 with fractional seconds, as the kubelet prefixes a line with ``timestamps``."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -128,10 +164,11 @@ def shape(chunks: Iterable[str], query: LogQuery, clock: Callable[[], datetime.d
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a client certificate names: CN the user, O its groups."""
+    """Who a request comes from: a client certificate's CN and O, or the user and groups a TokenReview found."""
 
     user: str
     groups: tuple[str, ...]
+    uid: str = ""
 
     @classmethod
     def of(cls, cert: Mapping[str, Any] | None) -> Caller | None:
@@ -146,17 +183,30 @@ class KubeletApi:
     """What the handler asks of Kubernetes and the backends: who may read a node, a stand-in pod's job, its
     output."""
 
-    def __init__(self, api: Any, adapter_for: Callable[[str], Adapter]) -> None:
+    def __init__(self, api: Any, adapter_for: Callable[[str], Adapter], standins: StandinPods) -> None:
+        """*standins*: what knows the stand-in pods this operator wrote (``/pods`` lists those)."""
         from kubernetes import client
 
         self.core = client.CoreV1Api(api.api_client)
         self.authz = client.AuthorizationV1Api(api.api_client)
+        self.authn = client.AuthenticationV1Api(api.api_client)
         self.adapter_for = adapter_for
+        self.standins = standins
+
+    def token_user(self, token: str) -> Caller | None:
+        """A TokenReview: who the bearer *token* is, None where the API server does not know it."""
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        answer = kube_call("create tokenreview", self.authn.create_token_review, review)
+        status = answer.status
+        if status is None or not status.authenticated or status.user is None or not status.user.username:
+            return None
+        return Caller(status.user.username, tuple(status.user.groups or ()), status.user.uid or "")
 
     def allowed(self, caller: Caller, node: str, subresource: str) -> bool:
         """A SubjectAccessReview: may *caller* ``get`` ``nodes/<subresource>`` of *node*?"""
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                   "spec": {"user": caller.user, "groups": list(caller.groups),
+                           **({"uid": caller.uid} if caller.uid else {}),
                            "resourceAttributes": {"verb": "get", "resource": "nodes", "subresource": subresource,
                                                   "name": node}}}
         answer = kube_call("create subjectaccessreview", self.authz.create_subject_access_review, review)
@@ -181,6 +231,31 @@ class KubeletApi:
 
         return service.logs(self.adapter_for(cluster), job_id, follow=follow)
 
+    def pods(self, caller: Caller) -> dict[str, Any] | None:
+        """The stand-in pods (a PodList, as a kubelet's ``/pods``) on the virtual nodes *caller* may read; None
+        where it may read none. One port serves every virtual node and a request through the API server's node
+        proxy does not say which node it was for: the answer holds each node's pods the caller may see. They are
+        the pods this operator wrote, each read afresh (it may not list pods: least privilege), so a pod of a job
+        that ended before the operator last started is not among them."""
+        from kubernetes.client.exceptions import ApiException
+
+        selector = f"{MANAGED_LABEL}={MANAGED_BY}"
+        nodes = kube_call("list virtual nodes", self.core.list_node, label_selector=selector).items
+        readable = {node.metadata.name for node in nodes if self.allowed(caller, node.metadata.name, "proxy")}
+        if not readable:
+            return None
+        items: list[Any] = []
+        for namespace, name, node in self.standins.written():
+            if node not in readable:
+                continue
+            try:
+                items.append(kube_call(f"read pod {namespace}/{name}", self.core.read_namespaced_pod, name,
+                                       namespace))
+            except ApiException:  # 404 (kube_call raises other answers as BackendUnavailable)
+                self.standins.forget(namespace, name)  # deleted with its TrainJob
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                "items": self.core.api_client.sanitize_for_serialization(items)}
+
 
 class KubeletHandler(BaseHTTPRequestHandler):
     server: KubeletServer
@@ -198,18 +273,42 @@ class KubeletHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if url.path == "/healthz":
             return self._reply(200, "ok")
-        caller = Caller.of(self.request.getpeercert())
-        if caller is None:
-            return self._reply(401, "Unauthorized")
         parts = [unquote(part) for part in url.path.split("/")[1:]]
-        if len(parts) != 4 or parts[0] != "containerLogs":
-            return self._reply(404, "404 page not found")
         try:
+            caller = self._caller()
+            if caller is None:
+                return self._reply(401, "Unauthorized")
+            if parts in (["pods"], ["pods", ""]):
+                return self._pods(caller)
+            if len(parts) != 4 or parts[0] != "containerLogs":
+                return self._reply(404, "404 page not found")
             self._logs(caller, parts[1], parts[2], parts[3], parse_qs(url.query))
         except BridgeError as exc:
             self._reply(503, str(exc))
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away
+
+    def _caller(self) -> Caller | None:
+        """The client certificate's subject, else the bearer token's user (a TokenReview), else None."""
+        caller = Caller.of(self.request.getpeercert())
+        if caller is not None:
+            return caller
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        return self.server.api.token_user(token)
+
+    def _pods(self, caller: Caller) -> None:
+        found = self.server.api.pods(caller)
+        if found is None:
+            return self._reply(403, f"Forbidden (user={caller.user}, verb=get, resource=nodes, subResource=proxy)")
+        body = json.dumps(found).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _logs(self, caller: Caller, namespace: str, pod: str, container: str, query: Mapping[str, list[str]]) -> None:
         api = self.server.api
@@ -228,7 +327,15 @@ class KubeletHandler(BaseHTTPRequestHandler):
             return self._reply(400, str(exc))
         if options.previous:
             return self._reply(400, f'previous terminated container "{container}" in pod "{pod}" not found')
-        chunks: Iterator[str] = api.output(cluster, job_id, options.follow) if index == 0 else iter(())
+        source = api.output(cluster, job_id, options.follow)
+        try:
+            self._stream(node_lines(source, index), options)
+        finally:
+            close = getattr(source, "close", None)  # a followed file's reader, a transport's channel
+            if close is not None:
+                close()
+
+    def _stream(self, chunks: Iterator[str], options: LogQuery) -> None:
         try:
             first = next(chunks, None)  # the backend's refusal (no such job any more) before any header
         except BridgeError as exc:
@@ -239,15 +346,10 @@ class KubeletHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        try:
-            for data in shape(chunks, options, lambda: datetime.datetime.now(datetime.UTC)):
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
+        for data in shape(chunks, options, lambda: datetime.datetime.now(datetime.UTC)):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
     def _reply(self, code: int, text: str) -> None:
         body = (text + "\n").encode()
@@ -309,11 +411,12 @@ def start(api: Any, reconciler: Any, env: Mapping[str, str] = os.environ) -> Non
     nodes = VirtualNodes(api, endpoint, api.cluster_specs)
     pods = StandinPods(api, nodes.node_for, lambda cluster: str(api.cluster_specs()[cluster].spec.type))
     reconciler.on_status = pods.mirror
+    reconciler.tag_output = True  # each pod serves its node's lines
 
     def adapter_for(cluster: str) -> Adapter:
         sync = reconciler.syncs.get(cluster)
         return sync.adapter if sync is not None else service.get_adapter(api.clusters()[cluster])
 
-    serve(KubeletApi(api, adapter_for), endpoint, env)
+    serve(KubeletApi(api, adapter_for, pods), endpoint, env)
     nodes.start()
     log.info("virtual nodes advertise %s:%d", endpoint.address, endpoint.port)

@@ -77,6 +77,8 @@ class Reconciler:
     _submitters: dict[str, Submitter] = field(default_factory=dict)
     #: handed to every sync loop: told each changed state of a followed TrainJob (the stand-in pods)
     on_status: Callable[[Tracked, JobStatus], None] | None = None
+    #: jobs on backends that run no pods tag each line with its node (the stand-in pods' logs are per node)
+    tag_output: bool = False
 
     def __post_init__(self) -> None:
         self.metrics.states = self._states
@@ -226,7 +228,7 @@ class Reconciler:
             source = self._source(as_admitted(without_server_fields(body)), namespace, name)
             prepared = service.prepare(source, configured=self.api.clusters(),
                                        default_cluster=self.default_cluster or "", adapter_for=self._adapter,
-                                       tenancy=self._tenancy(namespace))
+                                       tenancy=self._tenancy(namespace), tag_output=self.tag_output)
             return prepared, self._submitter(prepared.adapter.cluster.name).submit(prepared, if_finished)
         except InvalidSpec as exc:
             self.metrics.submission(_target(body), "refused")
@@ -300,7 +302,8 @@ class Reconciler:
         service.add_resume_env(doc, f"the job of TrainJob {name} on {cluster}")
         return service.prepare(self._source(doc, namespace, name), cluster=target, configured=self.api.clusters(),
                                adapter_for=self._adapter, tenancy=self._tenancy(namespace),
-                               cluster_field=f"metadata.annotations[{MIGRATE_ANNOTATION}]")
+                               cluster_field=f"metadata.annotations[{MIGRATE_ANNOTATION}]",
+                               tag_output=self.tag_output)
 
     def _job_to_move(self, cluster: str, namespace: str, uid: str, name: str) -> tuple[Adapter, JobRef] | None:
         """The job the backend holds for the TrainJob *uid* under its tenant's identity on *cluster*, and the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,17 @@ class StandinPods:
 
         self.core = client.CoreV1Api(api.api_client)
         self.node_for, self.cluster_type = node_for, cluster_type
+        self._written: dict[tuple[str, str], str] = {}  # (namespace, name) → node: what the kubelet API lists
+        self._lock = threading.Lock()
+
+    def written(self) -> list[tuple[str, str, str]]:
+        """The stand-in pods written since the operator started: namespace, name, node."""
+        with self._lock:
+            return [(namespace, name, node) for (namespace, name), node in self._written.items()]
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._written.pop((namespace, name), None)
 
     def mirror(self, item: Tracked, status: JobStatus) -> None:
         """The pods of *item* created where missing and their status set from *status*. Never fails the caller:
@@ -148,3 +160,5 @@ class StandinPods:
                           item.namespace, hosts)
             kube_call(f"write pod {item.namespace}/{name} status", self.core.patch_namespaced_pod_status, name,
                       item.namespace, body)
+            with self._lock:
+                self._written[(item.namespace, name)] = node

@@ -50,12 +50,15 @@ class Prepared:
 def prepare(source: Input, *, cluster: str | None = None, to: str | None = None, runtimes: Sequence[str] = (),
             configured: Mapping[str, BridgeCluster] | None = None, default_cluster: str = "local",
             adapter_for: Callable[[BridgeCluster], Adapter] | None = None,
-            tenancy: TenantRequest | None = None, cluster_field: str = "--cluster") -> Prepared:
+            tenancy: TenantRequest | None = None, cluster_field: str = "--cluster",
+            tag_output: bool = False) -> Prepared:
     """Input → plan → artifact for the chosen cluster (or backend type, with *to*); nothing is sent. A TrainJob
     whose annotations and runtime name no cluster goes to *default_cluster*. *adapter_for* gives the adapter of
     a cluster (the operator: one per cluster and tenant, kept open); by default a new one. With *tenancy* (the
     operator) the TrainJob runs as the tenant its namespace maps to on the chosen cluster, within that tenant's
-    mapping, or is refused. *cluster_field* is where the caller's user wrote *cluster*, for errors about it."""
+    mapping, or is refused. *cluster_field* is where the caller's user wrote *cluster*, for errors about it.
+    With *tag_output* (the operator, whose stand-in pods each show their node's lines) a job on a backend that
+    runs no pods writes each line after the node and rank that wrote it."""
     from bridge.api.catalog import all_runtimes
     from bridge.api.cluster import BridgeCluster
     from bridge.placement import AUTO
@@ -84,21 +87,21 @@ def prepare(source: Input, *, cluster: str | None = None, to: str | None = None,
             from bridge import placement
 
             chosen, judged = placement.place(
-                available, lambda target: _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy))
+                available, lambda target: _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy, tag_output))
             return replace(chosen, notes=(*placement.notes(judged), *chosen.notes))
         target = select_cluster(trainjob, runtime, available, cluster, default=default_cluster,
                                 override_field=cluster_field)
-    return _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy)
+    return _prepare_for(target, trainjob, runtime, source, adapter_for, tenancy, tag_output)
 
 
 def _prepare_for(target: BridgeCluster, trainjob: TrainJob, runtime: TrainingRuntime | ClusterTrainingRuntime,
                  source: Input,
                  adapter_for: Callable[[BridgeCluster], Adapter] | None,
-                 tenancy: TenantRequest | None = None) -> Prepared:
+                 tenancy: TenantRequest | None = None, tag_output: bool = False) -> Prepared:
     if not source.origins:
-        return _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy)
+        return _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy, tag_output)
     try:
-        prepared = _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy)
+        prepared = _prepare_target(target, trainjob, runtime, source, adapter_for, tenancy, tag_output)
     except InvalidSpec as exc:
         where = source.where(exc.field)
         if where is None:
@@ -129,7 +132,7 @@ def _told_by_line(prepared: Prepared, source: Input) -> Prepared:
 def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
                     runtime: TrainingRuntime | ClusterTrainingRuntime, source: Input,
                     adapter_for: Callable[[BridgeCluster], Adapter] | None,
-                    tenancy: TenantRequest | None = None) -> Prepared:
+                    tenancy: TenantRequest | None = None, tag_output: bool = False) -> Prepared:
     from bridge.plan import resolve, traits_of
 
     tenant = None
@@ -144,6 +147,8 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
     if script is not None:
         trainjob = _uid_per_submit(trainjob, adapter)
     plan = resolve(trainjob, runtime, adapter.cluster, tenant)
+    if tag_output and not traits_of(target).runs_pods:
+        plan = _tagging_output(plan)
     notes = source.notes
     if script is not None:
         if adapter.capabilities.batch_scripts:
@@ -165,6 +170,16 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
         return replace(_array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran)), waits_for=waits_for)
     _refuse_early(adapter, plan)
     return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran), waits_for=waits_for)
+
+
+def _tagging_output(plan: LaunchPlan) -> LaunchPlan:
+    """*plan* with TAG_OUTPUT_ENV set for its launch: each line of its output after ``[node-N] `` (a rank's
+    ``[node-N rank-R] ``), so that one stream can be cut into each node's."""
+    from bridge.envnames import TAG_OUTPUT_ENV
+    from bridge.plan.model import EnvEntry
+
+    kept = tuple(entry for entry in plan.env if entry.name != TAG_OUTPUT_ENV)
+    return replace(plan, env=(*kept, EnvEntry(TAG_OUTPUT_ENV, "1")))
 
 
 def _uid_per_submit(trainjob: TrainJob, adapter: Adapter) -> TrainJob:

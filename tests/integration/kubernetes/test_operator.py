@@ -633,17 +633,44 @@ def test_the_overlay_for_upstream_trainer_installs_the_operator_without_trainers
 SDK_VERSION = "0.5.0"
 
 SDK_SCRIPT = """
-import json, sys
+import json, os, sys, time
 from kubeflow.common.types import KubernetesBackendConfig
-from kubeflow.trainer import CustomTrainerContainer, TrainerClient
-from kubeflow.trainer.options import TrainerCommand
+from kubeflow.trainer import CustomTrainer, TrainerClient
+from kubernetes import client, config
+
+
+def train_fn():
+    import os, socket
+    print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} on node {os.environ['GROUP_RANK']} of host "
+          f"{socket.gethostname()}", flush=True)
+
+
+def train_until_cancelled():
+    import os, time
+    print(f"waiting on node {os.environ['GROUP_RANK']}", flush=True)
+    time.sleep(3600)
+
 
 namespace, kubeconfig = sys.argv[1:3]
 sdk = TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace, config_file=kubeconfig))
-name = sdk.train(runtime=sdk.get_runtime("sdk-on-slurm"), trainer=CustomTrainerContainer(image="hpcbridge.test/plain"),
-                 options=[TrainerCommand(command=["sh", "-c", "echo hello from the sdk"])])
-job = sdk.wait_for_job_status(name, status={"Complete"}, timeout=120, polling_interval=1)
-print(json.dumps({"name": name, "status": job.status, "logs": list(sdk.get_job_logs(name))}))
+runtime = sdk.get_runtime("torch-on-slurm")
+name = sdk.train(runtime=runtime, trainer=CustomTrainer(func=train_fn, num_nodes=2))
+job = sdk.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
+logs = {step: list(sdk.get_job_logs(name, step=step)) for step in ("node-0", "node-1")}
+
+# a job that runs until it is deleted: its node 1's lines followed as they come, then delete_job
+running = sdk.train(runtime=runtime, trainer=CustomTrainer(func=train_until_cancelled, num_nodes=2))
+deadline = time.monotonic() + 240
+while sorted(step.status for step in sdk.get_job(running).steps if step.name.startswith("node")) != ["Running"] * 2:
+    assert time.monotonic() < deadline, sdk.get_job(running)
+    time.sleep(1)
+followed = next(line for line in sdk.get_job_logs(running, step="node-1", follow=True) if "waiting" in line)
+config.load_kube_config(kubeconfig)
+job_id = client.CustomObjectsApi().get_namespaced_custom_object(
+    "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", running)["metadata"]["annotations"][
+    "operator.hpcbridge.io/job-id"]
+sdk.delete_job(running)
+print(json.dumps({"name": name, "status": job.status, "logs": logs, "followed": followed, "job_id": job_id}))
 """
 
 
@@ -662,10 +689,14 @@ def sdk_python() -> Path:
     return python
 
 
-def test_the_kubeflow_sdk_runs_a_trainjob_on_slurm_and_follows_it(operator, sdk_python) -> None:
-    """Kubeflow's Python SDK (TrainerClient) as a data scientist uses it, with a runtime whose cluster is Slurm:
-    train, wait_for_job_status, get_job_logs. The SDK cannot set managedBy: the operator takes TrainJobs without
-    one whose runtime names a BridgeCluster (with upstream Trainer, its CRD defaults managedBy to its own)."""
+def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_logs_and_deletes(
+        operator, sdk_python, tmp_path) -> None:
+    """Kubeflow's Python SDK (TrainerClient) as a data scientist uses it, with a torch runtime whose cluster is
+    Slurm: train(CustomTrainer(func=..., num_nodes=2)) (the SDK's own function packing and torchrun), its
+    wait_for_job_status, get_job_logs of each node (the SDK's own node steps), get_job_logs(follow=True) of a
+    running job and delete_job, which cancels it on Slurm. The SDK cannot set managedBy: the operator takes
+    TrainJobs without one whose runtime names a BridgeCluster (with upstream Trainer, its CRD defaults managedBy
+    to its own)."""
     import json
 
     from kubernetes.client.exceptions import ApiException
@@ -673,29 +704,39 @@ def test_the_kubeflow_sdk_runs_a_trainjob_on_slurm_and_follows_it(operator, sdk_
     try:
         operator.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": "sdk-on-slurm", "annotations": {"hpcbridge.io/cluster": "slurm"},
+            "metadata": {"name": "torch-on-slurm", "annotations": {"hpcbridge.io/cluster": "slurm"},
                          "labels": {"trainer.kubeflow.org/framework": "torch"}},
-            "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
-                "name": "node", "template": {
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": 1}}, "template": {"spec": {
+                "replicatedJobs": [{"name": "node", "template": {
                     "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                     "spec": {"template": {"spec": {"containers": [
                         {"name": "node", "image": "hpcbridge.test/plain"}]}}}}}]}}}})
     except ApiException as exc:
         assert exc.status == 409, exc.body
     ns = operator.namespace()
-    ran = subprocess.run([str(sdk_python), "-c", SDK_SCRIPT, ns, str(operator.cluster.kube.kubeconfig)],
-                         capture_output=True, text=True, timeout=300)
+    script = tmp_path / "sdk_train.py"  # the SDK packs a function from its source file
+    script.write_text(SDK_SCRIPT)
+    ran = subprocess.run([str(sdk_python), str(script), ns, str(operator.cluster.kube.kubeconfig)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     conditions = [(item["metadata"]["name"], (item.get("status") or {}).get("conditions")) for item in
                   operator.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs")["items"]]
-    assert ran.returncode == 0, (conditions, ran.stderr[-1000:])
+    assert ran.returncode == 0, (conditions, ran.stderr[-3000:], operator.logs())
     result = json.loads(ran.stdout.strip().splitlines()[-1])
     assert result["status"] == "Complete"
     done = operator.get(ns, result["name"])
     assert "managedBy" not in done["spec"]
     assert operator.slurm_state(done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]) == "COMPLETED"
-    # the SDK reads logs from the TrainJob's pods: the stand-in pods on the Slurm cluster's virtual node, whose
-    # kubelet API (the operator's) serves the Slurm job's output
-    assert "hello from the sdk" in "\n".join(result["logs"]), result["logs"]
+    # the SDK reads each node's logs from its pod: the stand-in pods on the Slurm cluster's virtual node, whose
+    # kubelet API (the operator's) serves that node's lines of the Slurm job's output
+    for node in (0, 1):
+        said = [line for line in "".join(result["logs"][f"node-{node}"]).splitlines() if line.startswith("rank ")]
+        assert len(said) == 1 and said[0].startswith(f"rank {node} of 2 on node {node} of host "), result["logs"]
+    assert "waiting on node 1" in result["followed"], result["followed"]
+    # delete_job: the TrainJob goes, and its Slurm job is cancelled
+    deadline = time.monotonic() + 120
+    while operator.slurm_state(result["job_id"]) != "CANCELLED":
+        assert time.monotonic() < deadline, operator.slurm_state(result["job_id"])
+        time.sleep(0.5)
     # a TrainJob without managedBy whose runtime names no BridgeCluster is not hpc-bridge's: left alone
     operator.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "metadata": {"name": "not-ours"},

@@ -1,15 +1,18 @@
 """The Slurm cluster seen from Kubernetes (bridge.operator.virtual_node, standin_pods, kubelet_api), on the real
 control plane and real Slurm: a Node stands for the cluster, a Slurm-run TrainJob's nodes are pods with the JobSet
 labels and the job's phases, and `kubectl logs` of one (the API server calling the operator's kubelet API with
-its kubelet client certificate) is the Slurm job's output, followed as it is written.
+its kubelet client certificate) is its node's lines of the Slurm job's output, followed as they are written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,8 +64,10 @@ def test_a_slurm_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_out
     ns = operator.namespace()
     go = tmp_path / "go"
     tmp_path.chmod(0o777)
-    # the second line comes only after the test has read the first through `logs -f`: streaming, not timing
-    script = f"echo first line; while [ ! -e {go} ]; do sleep 0.2; done; echo second line"
+    # the second line comes only after the test has read the first through `logs -f`: streaming, not timing.
+    # Each node writes lines of its own (srun's node id): each pod shows its node's
+    script = (f"echo first line of $SLURM_NODEID; while [ ! -e {go} ]; do sleep 0.2; done; "
+              "echo second line of $SLURM_NODEID")
     created = operator.apply(ns, "shown", "slurm", ["sh", "-c", script], nodes=2)
     pods = wait_for(lambda: f"two Running pods: {operator.logs()}", lambda: (lambda p: p if len(p) == 2 and all(
         x.status.phase == "Running" for x in p) else None)(pods_of(operator, ns, "shown")))
@@ -79,19 +84,26 @@ def test_a_slurm_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_out
     seen = []
     for line in stream.stream(amt=None):
         seen.append(line.decode())
-        if "first line" in "".join(seen) and not go.exists():
+        if "first line of 0" in "".join(seen) and not go.exists():
             go.write_text("")
-    assert go.exists() and "second line" in "".join(seen).split("first line", 1)[1], seen
+    assert go.exists() and "second line of 0" in "".join(seen).split("first line of 0", 1)[1], seen
+    assert "of 1" not in "".join(seen), seen  # node 1's lines are its own pod's
     operator.until(ns, "shown", is_true("Complete"))
     done = wait_for("Succeeded pods", lambda: (lambda p: p if all(x.status.phase == "Succeeded" for x in p) else
                                                None)(pods_of(operator, ns, "shown")))
     assert done[0].status.container_statuses[0].state.terminated.exit_code == 0
-    text = operator.core.read_namespaced_pod_log("shown-node-0-0", ns, container="node")
-    assert "first line" in text and "second line" in text
-    tail = operator.core.read_namespaced_pod_log("shown-node-0-0", ns, container="node", tail_lines=1)
-    assert tail.count("\n") == 1 and "second line" in tail
-    stamped = operator.core.read_namespaced_pod_log("shown-node-0-0", ns, container="node", timestamps=True)
+    for index in (0, 1):
+        text = operator.core.read_namespaced_pod_log(f"shown-node-0-{index}", ns, container="node")
+        # the launch's node tag is the pod's, not the line's: not shown
+        assert [line for line in text.splitlines() if "line of" in line] == \
+            [f"first line of {index}", f"second line of {index}"], text
+        tail = operator.core.read_namespaced_pod_log(f"shown-node-0-{index}", ns, container="node", tail_lines=1)
+        assert tail == f"second line of {index}\n"
+    stamped = operator.core.read_namespaced_pod_log("shown-node-0-1", ns, container="node", timestamps=True)
+    assert [line.split(" ", 1)[1] for line in stamped.splitlines()] == ["first line of 1", "second line of 1"]
     assert all(line[:4].isdigit() and "T" in line.split(" ", 1)[0] for line in stamped.splitlines())
+    recent = operator.core.read_namespaced_pod_log("shown-node-0-1", ns, container="node", since_seconds=3600)
+    assert recent == "first line of 1\nsecond line of 1\n"
     operator.custom.delete_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", "shown")
     wait_for("its pods deleted with it", lambda: not pods_of(operator, ns, "shown"))
 
@@ -106,17 +118,29 @@ def test_a_failed_slurm_job_is_a_failed_pod_with_its_exit_code(operator) -> None
     assert "about to fail" in operator.core.read_namespaced_pod_log("fails-node-0-0", ns, container="node")
 
 
-def _get(url: str, cert: tuple[Path, Path] | None) -> int:
+def _get(url: str, cert: tuple[Path, Path] | None, token: str | None = None) -> int:
+    return _read(url, cert, token)[0]
+
+
+def _read(url: str, cert: tuple[Path, Path] | None, token: str | None = None) -> tuple[int, bytes]:
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the client's side is under test
     if cert:
         context.load_cert_chain(str(cert[0]), str(cert[1]))
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with opener.open(url, timeout=30) as response:
-            return int(response.status)
+        with opener.open(request, timeout=30) as response:
+            return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code
+        return exc.code, b""
+
+
+def _token(op, namespace: str, name: str) -> str:
+    """A bound token of a new ServiceAccount *name*, as a pod or a user's kubeconfig carries one."""
+    op.core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    return op.core.create_namespaced_service_account_token(name, namespace, {"spec": {"expirationSeconds": 600}}
+                                                           ).status.token
 
 
 def test_the_kubelet_port_refuses_the_unauthenticated_and_the_unauthorized(operator, tmp_path) -> None:  # noqa: F811
@@ -125,7 +149,7 @@ def test_the_kubelet_port_refuses_the_unauthenticated_and_the_unauthorized(opera
     ns = operator.namespace()
     operator.apply(ns, "guarded", "slurm", ["sh", "-c", "echo guarded"])
     operator.until(ns, "guarded", is_true("Complete"))
-    wait_for("its pod", lambda: pods_of(operator, ns, "guarded"))
+    wait_for("its Succeeded pod", lambda: [p for p in pods_of(operator, ns, "guarded") if p.status.phase == "Succeeded"])
     kube = operator.cluster.kube
     base = f"https://{kube.address}:{operator.kubelet_port}"
     url = f"{base}/containerLogs/{ns}/guarded-node-0-0/node"
@@ -134,3 +158,49 @@ def test_the_kubelet_port_refuses_the_unauthenticated_and_the_unauthorized(opera
     nobody = sign_client_cert(kube.pki, tmp_path, "nobody", "nobody", "some-team")
     assert _get(url, nobody) == 403  # a SubjectAccessReview for nodes/proxy says no
     assert _get(url, (kube.pki["admin"], kube.pki["admin_key"])) == 200  # the API server's kubelet client
+    # bearer tokens, as a kubelet with the token webhook takes them: a TokenReview says who, a
+    # SubjectAccessReview whether they may
+    assert _get(url, None, "not-a-token") == 401
+    reader, stranger = _token(operator, ns, "node-reader"), _token(operator, ns, "stranger")
+    with node_reader(operator, ns):
+        _tokens_and_pods(base, url, ns, reader, stranger, nobody)
+
+
+def _tokens_and_pods(base: str, url: str, ns: str, reader: str, stranger: str, nobody: tuple[Path, Path]) -> None:
+    assert _get(url, None, stranger) == 403
+    # RBAC's authorizer reads the new binding from its informer: asked until it has
+    status, text = wait_for("the reader's binding in force", lambda: (lambda got: got if got[0] == 200 else None)(
+        _read(url, None, reader)))
+    assert b"guarded\n" in text
+    # the pods the node runs, as a kubelet's /pods lists them: refused alike
+    assert _get(f"{base}/pods", None) == 401
+    assert _get(f"{base}/pods", None, "not-a-token") == 401
+    assert _get(f"{base}/pods", nobody) == 403 and _get(f"{base}/pods", None, stranger) == 403
+    status, body = _read(f"{base}/pods", None, reader)
+    assert status == 200
+    listed = json.loads(body)
+    assert listed["kind"] == "PodList"
+    (pod,) = [item for item in listed["items"] if item["metadata"]["namespace"] == ns]
+    assert pod["metadata"]["name"] == "guarded-node-0-0" and pod["spec"]["nodeName"] == NODE
+    assert pod["status"]["phase"] == "Succeeded"
+    assert all(item["spec"]["nodeName"].startswith("hpcbridge-") for item in listed["items"])
+
+
+@contextlib.contextmanager
+def node_reader(op, namespace: str) -> Iterator[None]:
+    """``get nodes/proxy`` (what a kubelet's API asks of a reader of logs) for the ServiceAccount node-reader of
+    *namespace*, while in the block."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(op.api)
+    name = f"node-reader-{namespace}"
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
+        {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]})
+    rbac.create_cluster_role_binding({"metadata": {"name": name}, "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "node-reader", "namespace": namespace}]})
+    try:
+        yield
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
