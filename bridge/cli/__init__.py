@@ -18,7 +18,7 @@ __all__ = ["build_parser", "main"]
 
 
 def _run(argv: list[str]) -> int:
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv else None)
     if not argv:  # bare `hpcbridge`: what it takes, and exit 2 as for any other missing argument
         sys.stderr.write(parser.format_usage() + "hpcbridge: error: name a command (`hpcbridge --help` lists them)\n")
         return 2

@@ -76,12 +76,16 @@ def split_at_separator(argv: list[str]) -> tuple[list[str], list[str]]:
 def check_leftovers(parser: Parser, args: argparse.Namespace, extra: list[str]) -> None:
     """Arguments argparse did not take: sbatch's on ``submit``/``convert``, else an error. A long option
     neither hpcbridge's nor sbatch's is an unknown option with the nearest of both (``--wiat``: ``--wait``)."""
-    from bridge.sbatch.options import OPTIONS
-
+    if not extra:
+        return
     command = parser.commands.get(getattr(args, "command_name", "") or "")
     parser = command or parser  # its errors name the subcommand
     own = command.option_strings() if command else []
-    sbatch_options = [f"--{name}" for name in OPTIONS] if getattr(args, "sbatch_flags_allowed", False) else []
+    sbatch_options = []
+    if getattr(args, "sbatch_flags_allowed", False):
+        from bridge.sbatch.options import OPTIONS  # sbatch's table, only for the commands that take its flags
+
+        sbatch_options = [f"--{name}" for name in OPTIONS]
     for arg in extra:
         name = arg.partition("=")[0]
         if not name.startswith("--") or name == "--":

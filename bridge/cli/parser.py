@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from bridge import __version__
 from bridge.adapters import REGISTRY
@@ -26,11 +26,15 @@ from bridge.cli.submit import cmd_submit
 JOB_CLUSTER_DEFAULT = "default: $HPCBRIDGE_CLUSTER, else local"
 
 
-def build_parser() -> Parser:
+def build_parser(command: str | None = None) -> Parser:
+    """Every subcommand; with *command*, only that one's parser when it is one (a run parses one command, and
+    argparse's building of the other sixteen was a tenth of a cold ``hpcbridge render``)."""
     parser = Parser(prog="hpcbridge", description="Run one Kubeflow TrainJob on Slurm, Flux, Kubernetes or this "
                                                   "machine.", epilog=f"On submit and convert, {AFTER_SEPARATOR}.")
     parser.add_argument("--version", action="version", version=f"hpcbridge {__version__}")
-    sub = parser.add_subparsers(dest="command_name", required=True, parser_class=Parser)
+    if command == "completion":  # its script offers every command's options
+        command = None
+    sub = OnlySubparsers(parser.add_subparsers(dest="command_name", required=True, parser_class=Parser), command)
     # in the order `hpcbridge --help` lists them
     _add_input_commands(sub)
     _add_job_commands(sub)
@@ -40,6 +44,8 @@ def build_parser() -> Parser:
                                           "source <(hpcbridge completion bash)")
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion, root_parser=parser)
+    if command is not None and command not in sub.names:  # not a command: the whole parser says so
+        return build_parser()
     parser.commands = sub.choices
     return parser
 
@@ -48,6 +54,35 @@ class Subparsers(Protocol):  # what add_subparsers gives
     choices: dict[str, Parser]
 
     def add_parser(self, name: str, *, help: str) -> Parser: ...
+
+
+class Unbuilt(Parser):
+    """A subcommand the run does not parse: what it declares is dropped, at no cost."""
+
+    def __init__(self) -> None:  # noqa: D107 - argparse's own __init__ is the cost skipped
+        self.declared = []
+        self.commands = {}
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        return argparse.Action([], argparse.SUPPRESS)
+
+    def set_defaults(self, **kwargs: Any) -> None:
+        return None
+
+
+class OnlySubparsers:
+    """add_subparsers' object building *only* (every one when None); the names of all are kept."""
+
+    def __init__(self, sub: Subparsers, only: str | None) -> None:
+        self.sub, self.only = sub, only
+        self.names: list[str] = []
+        self.choices = sub.choices
+
+    def add_parser(self, name: str, *, help: str) -> Parser:
+        self.names.append(name)
+        if self.only is None or name == self.only:
+            return self.sub.add_parser(name, help=help)
+        return Unbuilt()
 
 
 def _cluster_options(p: argparse.ArgumentParser, *, sbatch: bool = False) -> None:
