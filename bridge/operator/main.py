@@ -179,6 +179,10 @@ def serve_metrics(metrics: Metrics, address: str, token_file: str | None = None)
     if token_file:
         try:
             read_token(token_file)
+        except FileNotFoundError:
+            # the Deployments mount the token's Secret as optional: until it is created every scrape is refused
+            logging.getLogger("hpcbridge.operator").warning(
+                "metrics: bearer token file %s does not exist yet; refusing scrapes until it does", token_file)
         except OSError as exc:
             raise InvalidSpec("--metrics-token-file", token_file, f"cannot be read: {exc.strerror}") from None
         except ValueError as exc:

@@ -167,8 +167,10 @@ def test_metrics_beyond_loopback_without_a_token_are_refused_before_anything_lis
     empty.write_text("\n")
     with pytest.raises(InvalidSpec, match="--metrics-token-file.*empty"):
         serve_metrics(Metrics(), "0.0.0.0:9", str(empty))
+    unreadable = tmp_path / "unreadable"
+    unreadable.mkdir()
     with pytest.raises(InvalidSpec, match="--metrics-token-file.*cannot be read"):
-        serve_metrics(Metrics(), "0.0.0.0:9", str(tmp_path / "missing"))
+        serve_metrics(Metrics(), "0.0.0.0:9", str(unreadable))
 
 
 def _free_port() -> int:
@@ -208,6 +210,24 @@ def test_metrics_with_a_token_file_answer_only_the_bearer_of_the_current_token(t
         token.unlink()  # unreadable: closed, not open
         assert _get(url, "second-token")[0] == 401
         assert _get(f"http://127.0.0.1:{port}/healthz", "second-token")[0] == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_metrics_whose_token_file_does_not_exist_yet_refuse_every_scrape_until_it_does(tmp_path) -> None:
+    """The Deployments mount the token's Secret as optional: the operator starts before it is created, closed."""
+    from bridge.operator.main import serve_metrics
+    from bridge.operator.metrics import Metrics
+
+    token = tmp_path / "token"
+    port = _free_port()
+    server = serve_metrics(Metrics(), f"127.0.0.1:{port}", str(token))
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        assert _get(url)[0] == 401 and _get(url, "anything")[0] == 401
+        token.write_text("created-later")
+        assert _get(url, "created-later")[0] == 200
     finally:
         server.shutdown()
         server.server_close()
