@@ -55,13 +55,17 @@ def cache_prune(directory: str, older_than: float | None, dry_run: bool = False)
 
 
 def staging_phase(plan: LaunchPlan, uid: str) -> Callable[[], dict[str, Any] | None] | None:
-    """The phase document of job *uid*'s stage step (bridge.staging.phase), read again at each call where this
-    machine sees the cluster's stagingDir (the local cluster's; a shared one this machine mounts; else None
-    each time); None for a plan that stages nothing there (no initializers, or Kubernetes' volumes)."""
+    """The phase document of job *uid*'s stage step (bridge.staging.phase) at each call: read from the
+    stagingDir where the job stages on this machine (the local cluster), else as the backend's polls last read
+    it through its transport (Slurm here, over SSH; Flux; not over slurmrestd, which has no shell to read it
+    with); None for a plan that stages nothing there (no initializers, or Kubernetes' volumes)."""
     staging = plan.staging
     if staging is None or not staging.dir:
         return None
-    from bridge.staging.phase import read_phase
+    from bridge.plan import backend_traits
+    from bridge.staging.phase import read_phase, watch_phase
 
     directory, tenant = staging.dir, staging.tenant
+    if not backend_traits(plan.backend).stages_on_this_machine:
+        return watch_phase(directory, uid, tenant)
     return lambda: read_phase(directory, uid, tenant)

@@ -46,6 +46,12 @@ class _Status(Protocol):
 _R = TypeVar("_R", bound=_Ref)
 _S = TypeVar("_S", bound=_Status)
 
+#: the phase documents someone follows (watch_phase) by path, as with_stage_phases last read them through the
+#: backend's transport: a job's poll reads its phase file anyway, so a live status line of a job whose
+#: stagingDir only the cluster sees costs no call of its own; only watched paths are kept (a long-running
+#: poller keeps nothing)
+_WATCHED: dict[str, dict[str, Any] | None] = {}
+
 
 def job_root(staging_dir: str, tenant: str | None = None) -> str:
     """The folder of a job's links and phase file: a tenant's under ``tenants/<tenant>``, the CLI's at the top."""
@@ -67,6 +73,14 @@ def read_phase(staging_dir: str, uid: str, tenant: str | None = None) -> dict[st
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def watch_phase(staging_dir: str, uid: str, tenant: str | None = None) -> Callable[[], dict[str, Any] | None]:
+    """A reader of job *uid*'s phase document as the backend's polls last read it (None before the first, and
+    while the job has none): for a cluster whose stagingDir this machine does not see."""
+    path = phase_path(staging_dir, uid, tenant)
+    _WATCHED.setdefault(path, None)
+    return lambda: _WATCHED.get(path)
 
 
 def read_each_argv(paths: list[str]) -> list[str]:
@@ -126,9 +140,16 @@ def with_stage_phases(statuses: dict[_R, _S], staging_dir: str | None, run: Call
     wanted = {ref: phase_path(staging_dir, ref.uid, tenant) for ref, status in statuses.items()
               if staging_dir and status.state.value in ("Running", "Failed")
               and ref.uid and all(c.isalnum() or c == "-" for c in ref.uid)}
+    if staging_dir and _WATCHED:  # a watched job that is not running stages nothing now
+        for ref in statuses.keys() - wanted.keys():
+            if phase_path(staging_dir, ref.uid, tenant) in _WATCHED:
+                _WATCHED[phase_path(staging_dir, ref.uid, tenant)] = None
     if not wanted:
         return statuses
     paths = sorted(set(wanted.values()))
     docs = parse_each(paths, run(read_each_argv(paths)))
+    for path in paths:
+        if path in _WATCHED:
+            _WATCHED[path] = docs.get(path)
     return {ref: with_phase(status, docs.get(wanted[ref])) if ref in wanted else status
             for ref, status in statuses.items()}

@@ -75,12 +75,48 @@ def test_a_download_reports_what_it_has_written_while_it_runs(tmp_path: Path) ->
 
 def test_the_cli_reads_a_jobs_phase_file_where_this_machine_sees_the_staging_dir(tmp_path: Path) -> None:
     staging = StagingPlan((), str(tmp_path))
-    read = staging_phase(SimpleNamespace(staging=staging), "uid-1")  # type: ignore[arg-type]
+    read = staging_phase(SimpleNamespace(staging=staging, backend="local"), "uid-1")  # type: ignore[arg-type]
     assert read is not None and read() is None  # not started yet
     path = Path(phase_path(str(tmp_path), "uid-1"))
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"phase": "dataset", "uri": "s3://b/d", "bytes": 42}) + "\n")
     assert read() == {"phase": "dataset", "uri": "s3://b/d", "bytes": 42}
-    kubernetes = SimpleNamespace(staging=StagingPlan(()))  # the initializer volume: no phase file here
+    kubernetes = SimpleNamespace(staging=StagingPlan(()), backend="kubernetes")  # the initializer volume: no phase file here
     assert staging_phase(kubernetes, "uid-1") is None  # type: ignore[arg-type]
-    assert staging_phase(SimpleNamespace(staging=None), "uid-1") is None  # type: ignore[arg-type]
+    assert staging_phase(SimpleNamespace(staging=None, backend="local"), "uid-1") is None  # type: ignore[arg-type]
+
+
+def test_a_remote_clusters_line_shows_what_the_jobs_poll_read_through_the_transport() -> None:
+    """Slurm over SSH, Flux: the stagingDir is the cluster's, so the line shows the phase document the job's
+    poll read anyway (one command through the backend's transport), never a file of this machine's."""
+    from bridge.adapters.base import JobRef, JobState, JobStatus
+    from bridge.staging.phase import with_stage_phases
+
+    remote = "/cluster/only/staging"
+    plan = SimpleNamespace(staging=StagingPlan((), remote), backend="slurm")
+    read = staging_phase(plan, "uid-r")  # type: ignore[arg-type]
+    assert read is not None and read() is None  # not polled yet
+    ref, other = JobRef("hpc", "slurm", "7", "uid-r", "r"), JobRef("hpc", "slurm", "8", "uid-o", "o")
+    sent: list[list[str]] = []
+    written = [MIB, 9 * MIB, 10 * MIB]
+
+    def transport(argv: list[str]) -> str:  # what READ_EACH prints on the cluster, one line per path
+        sent.append(argv)
+        doc = {"phase": "dataset", "uri": "s3://b/d", "bytes": written.pop(0)}
+        return "".join(f"{path}\t{json.dumps(doc) if 'uid-r' in path else ''}\n" for path in argv[4:])
+
+    statuses = {ref: JobStatus(ref, JobState.RUNNING), other: JobStatus(other, JobState.RUNNING)}
+    now = [0.0]
+    meter = StagingMeter(read, clock=lambda: now[0])
+    with_stage_phases(statuses, remote, transport)
+    assert meter.text() == "staging dataset s3://b/d 1.0 MiB 0 B/s"
+    now[0] = 2.0
+    with_stage_phases(statuses, remote, transport)
+    assert meter.text() == "staging dataset s3://b/d 9.0 MiB 4.0 MiB/s"
+    assert len(sent) == 2 and phase_path(remote, "uid-r") in sent[0]  # the poll's own read, nothing more
+    with_stage_phases(statuses, remote, lambda argv: "".join(f"{path}\t\n" for path in argv[4:]))
+    assert read() is None and meter.text() is None  # staged: the job's phase file says nothing more
+    with_stage_phases(statuses, remote, transport)
+    assert read() is not None
+    with_stage_phases({ref: JobStatus(ref, JobState.SUCCEEDED)}, remote, transport)
+    assert read() is None and len(sent) == 3  # ended: nothing read, nothing shown
