@@ -1,0 +1,432 @@
+"""The operator at scale: how its costs grow with the number of TrainJobs it follows.
+
+N TrainJobs (a curve: --sizes, default 100,1000,3000) across two BridgeClusters on the test control plane
+(tests/harness/kube.py): `slurm`, the real Slurm test cluster (tests/harness/slurm.py) whose partition is DOWN
+so every job stays queued (thousands in the queue), and `kwok`, the same control plane as a Kubernetes backend
+(JobSets on kwok nodes whose pods never end; --kube-share of the jobs, default 1/10). The operator runs as a
+process, wrapped so that it counts what it asks (patches in OPERATOR_WRAPPER, at the client, nothing sampled):
+every HTTP request it makes to the API server (kubernetes client and kopf's aiohttp), every Slurm command its
+transport runs, every JobSet/pod list of its Kubernetes adapter, every sync cycle and its duration.
+
+Per N, over a steady window of --window seconds with all N followed:
+- sync cycle time per cluster (median, max) and the cycle interval;
+- backend queries per cluster per cycle (squeue+sacct on Slurm; JobSet and pod lists on Kubernetes), target 1;
+- operator RSS (target <= 300 MB);
+- API-server requests/s made by the operator (total, and without its Kubernetes backend's own lists);
+- status mirror latency: S queued Slurm jobs cancelled at once with scancel -> each TrainJob's Failed
+  condition as seen by a watch, p50/p99 (target p99 <= 2 s);
+- how long applying the N took until every one had its backend job id, against a raw sbatch loop of the
+  same number (the baseline, same run);
+and, at the largest N, a restart: the operator stopped and started again with all N objects: seconds until
+every unfinished TrainJob is followed again (re-attached), and duplicates (backend jobs per TrainJob uid > 1,
+must be 0).
+
+Run: .venv/bin/python bench/operator_scale.py [--sizes 100,1000,3000] [--window 20]. Needs root (Slurm's
+netns hosts); hold /tmp/h/itest.lock-style serialisation against other harness users.
+
+Results: see the end of this docstring (filled in from the runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.harness.kube import KubeCluster  # noqa: E402
+from tests.harness.slurm import SlurmCluster  # noqa: E402
+
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+NAMESPACE = "bench"
+JOB_ID = "operator.hpcbridge.io/job-id"
+
+#: runs `hpcbridge operator` with counters; writes them as JSON to $BENCH_COUNTS every 0.5 s
+OPERATOR_WRAPPER = r'''
+import json, os, sys, threading, time
+counts = {"api": 0, "api_by": {}, "cmd": {}, "k8s_backend": 0, "cycles": {}, "cycle_s": {}, "tracked": 0}
+lock = threading.Lock()
+
+def bump(table, key, by=1):
+    with lock:
+        table[key] = table.get(key, 0) + by
+
+def api(method, url):
+    path = str(url).split("?")[0]
+    parts = [p for p in path.split("/") if p]
+    # /api/v1/namespaces/NS/RESOURCE..., /apis/GROUP/VERSION/namespaces/NS/RESOURCE, cluster-scoped otherwise
+    core = parts[:1] == ["api"]
+    rest = parts[2:] if core else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    resource = rest[0] if rest else "/".join(parts[:3])
+    with lock:
+        counts["api"] += 1
+    bump(counts["api_by"], f"{method} {resource}")
+
+import urllib3.connectionpool as cp
+_urlopen = cp.HTTPConnectionPool.urlopen
+def urlopen(self, method, url, *args, **kwargs):
+    api(method, url)
+    return _urlopen(self, method, url, *args, **kwargs)
+cp.HTTPConnectionPool.urlopen = urlopen
+
+import aiohttp
+_request = aiohttp.ClientSession._request
+async def request(self, method, url, *args, **kwargs):
+    api(method, url)
+    return await _request(self, method, url, *args, **kwargs)
+aiohttp.ClientSession._request = request
+
+from bridge.adapters import transport
+_run = transport.LocalTransport.run
+def run(self, argv, *args, **kwargs):
+    bump(counts["cmd"], os.path.basename(argv[0]))
+    return _run(self, argv, *args, **kwargs)
+transport.LocalTransport.run = run
+
+from bridge.adapters import kubernetes as k8s_adapter
+_call = k8s_adapter.KubernetesAdapter._call
+def call(self, what, *args, **kwargs):
+    if what.startswith("list"):
+        with lock:
+            counts["k8s_backend"] += 1
+    return _call(self, what, *args, **kwargs)
+k8s_adapter.KubernetesAdapter._call = call
+
+from bridge.operator import sync as sync_module
+_cycle = sync_module.ClusterSync.cycle
+def cycle(self, active):
+    started = time.monotonic()
+    try:
+        return _cycle(self, active)
+    finally:
+        bump(counts["cycles"], self.cluster_name)
+        with lock:
+            counts["cycle_s"].setdefault(self.cluster_name, []).append(round(time.monotonic() - started, 4))
+            counts["cycle_s"][self.cluster_name] = counts["cycle_s"][self.cluster_name][-400:]
+sync_module.ClusterSync.cycle = cycle
+
+def dump():
+    from bridge.operator import main as operator_main
+    target = os.environ["BENCH_COUNTS"]
+    while True:
+        time.sleep(0.5)
+        reconciler = operator_main._reconciler
+        with lock:
+            counts["tracked"] = sum(len(s.tracked) for s in list(reconciler.syncs.values())) if reconciler else 0
+            counts["active"] = sum(sum(1 for i in list(s.tracked.values()) if not i.done)
+                                   for s in list(reconciler.syncs.values())) if reconciler else 0
+            text = json.dumps(counts)
+        with open(target + ".tmp", "w") as out:
+            out.write(text)
+        os.replace(target + ".tmp", target)
+threading.Thread(target=dump, daemon=True).start()
+
+from bridge.cli import main
+sys.argv = ["hpcbridge", "operator", "--namespace", "bench"]
+sys.exit(main())
+'''
+
+
+class Scale:
+    """The control plane (kwok nodes, JobSet), Slurm with its partition DOWN, BridgeClusters `slurm` and
+    `kwok`, runtime `plain`, namespace `bench`; ``operator()`` starts the counting operator."""
+
+    def __init__(self, base: Path, max_jobs: int) -> None:
+        from kubernetes import client
+
+        self.base = base
+        # pods on the kwok nodes stay Running for an hour: the Kubernetes jobs stay active like Slurm's
+        self.kube = KubeCluster(base / "kube", nodes=2, pod_run_ms=3_600_000)
+        self.slurm = SlurmCluster(base / "slurm", min_job_age=3600)
+        write_config = self.slurm.write_config
+
+        def bigger_queue() -> None:
+            write_config()
+            self.slurm.conf.write_text(self.slurm.conf.read_text() + f"MaxJobCount={max(10000, 3 * max_jobs)}\n")
+        self.slurm.write_config = bigger_queue  # type: ignore[method-assign]
+        self.kube.start()
+        self.slurm.start()
+        self.env = {**os.environ, "SLURM_CONF": str(self.slurm.conf), "KUBECONFIG": str(self.kube.kubeconfig),
+                    "XDG_STATE_HOME": str(base / "state"), "HPCBRIDGE_CONFIG": str(base / "none.yaml"),
+                    "BENCH_COUNTS": str(base / "counts.json")}
+        subprocess.run(["scontrol", "update", "PartitionName=debug", "State=DOWN"], env=self.env, check=True)
+        api = self.kube.api_client()
+        ext, self.custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        import yaml
+        for path in sorted((ROOT / "manifests" / "crds").glob("*_*.yaml")):
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        time.sleep(3)
+        self.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+            "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "slurm"},
+            "spec": {"type": "slurm", "slurm": {"transport": "local", "slurmConf": str(self.slurm.conf)},
+                     "allowedNamespaces": [NAMESPACE],
+                     "defaults": {"partition": "debug", "launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
+        self.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
+            "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "kwok"},
+            "spec": {"type": "kubernetes", "allowedNamespaces": [NAMESPACE],
+                     "kubernetes": {"kubeconfig": str(self.kube.kubeconfig)}}})
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "plain"},
+            "spec": {"mlPolicy": {"numNodes": 1}}})
+        self.core.create_namespace({"metadata": {"name": NAMESPACE}})
+        (base / "none.yaml").write_text("")
+        self.workdir = base / "work"
+        self.workdir.mkdir()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def operator(self) -> None:
+        (self.base / "counts.json").unlink(missing_ok=True)
+        self.proc = subprocess.Popen([sys.executable, "-c", OPERATOR_WRAPPER], env=self.env, cwd=self.workdir,
+                                     stdout=open(self.base / "operator.log", "a"), stderr=subprocess.STDOUT)
+
+    def stop_operator(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=120)
+
+    def counts(self) -> dict[str, Any]:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return dict(json.loads((self.base / "counts.json").read_text()))
+            except (OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the operator wrote no counters; see {self.base}/operator.log") from None
+                time.sleep(0.2)
+
+    def rss_mb(self) -> float:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def apply(self, index: int, cluster: str) -> None:
+        spec: dict[str, Any] = {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "plain"},
+                                "trainer": {"command": ["true"]}}
+        if cluster == "kwok":
+            spec["trainer"]["image"] = "busybox"
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "trainjobs", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
+            "metadata": {"name": f"{cluster}-{index}", "annotations": {"hpcbridge.io/cluster": cluster,
+                                                                     "hpcbridge.io/workdir": str(self.workdir)}},
+            "spec": spec})
+
+    def trainjobs(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            page = self.custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "trainjobs", limit=500,
+                                                            _continue=token)
+            items += page["items"]
+            token = page["metadata"].get("continue")
+            if not token:
+                return items
+
+    def stop(self) -> None:
+        self.stop_operator()
+        self.slurm.stop()
+        self.kube.stop()
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
+
+
+def _until_submitted(scale: Scale, total: int, started: float, limit: float) -> dict[str, str]:
+    """Wait until *total* TrainJobs carry their backend job id; name -> job id."""
+    while True:
+        items = scale.trainjobs()
+        ids = {i["metadata"]["name"]: (i["metadata"].get("annotations") or {}).get(JOB_ID) for i in items}
+        if len(ids) >= total and all(ids.values()):
+            return {name: str(job) for name, job in ids.items()}
+        if time.perf_counter() - started > limit:
+            raise SystemExit(f"only {sum(map(bool, ids.values()))}/{total} TrainJobs have a job id; see {scale.base}")
+        time.sleep(1.0)
+
+
+def _window(scale: Scale, seconds: float) -> dict[str, Any]:
+    """Counter deltas over *seconds* of steady state."""
+    before, rss = scale.counts(), []
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        rss.append(scale.rss_mb())
+        time.sleep(1.0)
+    after = scale.counts()
+    elapsed = time.monotonic() - started
+    cycles = {c: after["cycles"].get(c, 0) - before["cycles"].get(c, 0) for c in after["cycles"]}
+    cmds = {c: after["cmd"].get(c, 0) - before["cmd"].get(c, 0) for c in after["cmd"]}
+    api_by = {k: after["api_by"].get(k, 0) - before["api_by"].get(k, 0) for k in after["api_by"]}
+    return {"elapsed": elapsed, "cycles": cycles, "cycle_s": after["cycle_s"], "cmds": cmds,
+            "k8s_backend": after["k8s_backend"] - before["k8s_backend"], "api": after["api"] - before["api"],
+            "api_by": {k: v for k, v in sorted(api_by.items(), key=lambda kv: -kv[1]) if v},
+            "rss_max": max(rss), "active": after["active"]}
+
+
+def _status_latency(scale: Scale, job_ids: dict[str, str], names: list[str]) -> list[float]:
+    """Cancel the queued Slurm jobs of TrainJobs *names* at once; seconds from scancel to each TrainJob's
+    Failed condition, as a watch on the TrainJobs sees it."""
+    from kubernetes import watch
+
+    wanted = {name: job_ids[name] for name in names}
+    seen: dict[str, float] = {}
+    version = scale.custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "trainjobs",
+                                                         limit=1)["metadata"]["resourceVersion"]
+    stream = watch.Watch()
+    ready = threading.Event()
+
+    def follow() -> None:
+        ready.set()
+        for event in stream.stream(scale.custom.list_namespaced_custom_object, GROUP, VERSION, NAMESPACE,
+                                   "trainjobs", resource_version=version, timeout_seconds=120):
+            obj = event["object"]
+            name = obj["metadata"]["name"]
+            if name in wanted and name not in seen and any(
+                    c.get("type") == "Failed" and c.get("status") == "True"
+                    for c in (obj.get("status") or {}).get("conditions") or []):
+                seen[name] = time.perf_counter()
+                if len(seen) == len(wanted):
+                    stream.stop()
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    ready.wait()
+    time.sleep(1.0)
+    started = time.perf_counter()
+    subprocess.run(["scancel", *wanted.values()], env=scale.env, check=True)
+    thread.join(timeout=130)
+    stream.stop()
+    if len(seen) < len(wanted):
+        print(f"  (only {len(seen)}/{len(wanted)} cancelled TrainJobs showed Failed within 120 s)")
+    return [seen[name] - started for name in seen]
+
+
+def _duplicates(scale: Scale) -> int:
+    """Backend jobs beyond one per TrainJob uid, on both clusters."""
+    import re
+
+    out = subprocess.run(["squeue", "--noheader", "--states=all", "--Format=JobID:20,Comment:400"],
+                         capture_output=True, text=True, env=scale.env).stdout
+    per_uid: dict[str, int] = {}
+    for line in out.splitlines():
+        match = re.search(r"hpcbridge\.io/uid=([0-9a-f-]{36})", line)
+        if match:
+            per_uid[match.group(1)] = per_uid.get(match.group(1), 0) + 1
+    jobsets = scale.custom.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets")
+    for item in jobsets["items"]:
+        uid = (item["metadata"].get("labels") or {}).get("hpcbridge.io/uid")
+        if uid:
+            per_uid[uid] = per_uid.get(uid, 0) + 1
+    return sum(count - 1 for count in per_uid.values() if count > 1)
+
+
+def _raw_sbatch(scale: Scale, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
+        subprocess.run(["sbatch", "--parsable", "--hold", "--wrap", "true", "-o", "/dev/null"], check=True,
+                       env=scale.env, cwd=scale.workdir, capture_output=True)
+    seconds = time.perf_counter() - started
+    subprocess.run(["scancel", "--user=root", "--name=wrap"], env=scale.env)
+    return seconds
+
+
+def _report(size: int, kube: int, submit_s: float, raw_s: float, win: dict[str, Any], latencies: list[float]) -> None:
+    per_second = win["api"] / win["elapsed"]
+    backend_api = sum(v for k, v in win["api_by"].items() if k.split()[1] in ("jobsets",) or
+                      (k.startswith("GET pods")))
+    print(f"\n== N = {size} TrainJobs ({size - kube} Slurm, {kube} Kubernetes); {win['active']} followed, active")
+    print(f"  applied -> all with a backend job id: {submit_s:.1f} s; raw sbatch loop of {size - kube}: "
+          f"{raw_s:.1f} s; ratio {submit_s / raw_s:.2f}")
+    for cluster, cycles in sorted(win["cycles"].items()):
+        durations = win["cycle_s"].get(cluster, [])[-max(cycles, 1):]
+        if cluster == "slurm":
+            queries = win["cmds"].get("squeue", 0) + win["cmds"].get("sacct", 0)
+        else:
+            queries = win["k8s_backend"]
+        print(f"  cluster {cluster}: {cycles} cycles in {win['elapsed']:.0f} s; cycle median "
+              f"{statistics.median(durations) * 1000 if durations else float('nan'):.0f} ms, max "
+              f"{max(durations, default=float('nan')) * 1000:.0f} ms; backend queries per cycle "
+              f"{queries / max(cycles, 1):.2f}  (target 1)")
+    print(f"  RSS max {win['rss_max']:.0f} MB  (target <= 300)")
+    print(f"  API-server requests by the operator: {per_second:.1f}/s ({backend_api / win['elapsed']:.1f}/s of "
+          f"them its Kubernetes backend's lists); top: "
+          + ", ".join(f"{k} {v / win['elapsed']:.1f}/s" for k, v in list(win["api_by"].items())[:5]))
+    if latencies:
+        print(f"  status mirror (scancel -> TrainJob Failed) over {len(latencies)} jobs: p50 "
+              f"{statistics.median(latencies):.2f} s, p99 {_pct(latencies, 0.99):.2f} s  (target p99 <= 2 s)")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="100,1000,3000")
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--kube-share", type=float, default=0.1)
+    parser.add_argument("--sample", type=int, default=50)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    scale = Scale(Path(tempfile.mkdtemp(prefix="hpcbridge-bench-scale-")), max(sizes))
+    try:
+        scale.operator()
+        scale.counts()
+        applied = {"slurm": 0, "kwok": 0}
+        job_ids: dict[str, str] = {}
+        for size in sizes:
+            kube = int(size * args.kube_share)
+            print(f"[{time.strftime('%H:%M:%S')}] applying up to {size}", flush=True)
+            new = [("kwok", i) for i in range(applied["kwok"], kube)] + \
+                  [("slurm", i) for i in range(applied["slurm"], size - kube)]
+            raw = _raw_sbatch(scale, size - kube - applied["slurm"])
+            started = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda entry: scale.apply(entry[1], entry[0]), new))
+            applied = {"slurm": size - kube, "kwok": kube}
+            job_ids = _until_submitted(scale, size, started, 120 + size)
+            submit_s = time.perf_counter() - started
+            time.sleep(5)  # the first polls of the new jobs and their stand-in pods settle
+            win = _window(scale, args.window)
+            # the newest Slurm jobs of this size (none of them cancelled before)
+            fresh = [f"slurm-{i}" for i in range(size - kube - 1, -1, -1)][:min(args.sample, max(1, size // 10))]
+            latencies = _status_latency(scale, job_ids, fresh)
+            _report(size, kube, submit_s, raw, win, latencies)
+
+        # a restart with every object there: until all unfinished TrainJobs are followed again
+        expected = scale.counts()["active"]
+        scale.stop_operator()
+        started = time.perf_counter()
+        scale.operator()
+        while True:
+            counts = scale.counts()
+            if counts["active"] >= expected:
+                break
+            if time.perf_counter() - started > 600:
+                print(f"  restart: only {counts['active']}/{expected} followed after 600 s")
+                break
+            time.sleep(0.5)
+        reattached = time.perf_counter() - started
+        time.sleep(10)
+        print(f"\n== restart with {max(sizes)} TrainJobs: {expected} unfinished ones followed again after "
+              f"{reattached:.1f} s (target <= 60 s); RSS {scale.rss_mb():.0f} MB; duplicates "
+              f"{_duplicates(scale)} (target 0); Slurm commands during it: {scale.counts()['cmd']}")
+    finally:
+        scale.stop()
+
+
+if __name__ == "__main__":
+    main()
