@@ -93,6 +93,10 @@ HISTORY_ANNOTATION = f"{OPERATOR_PREFIX}history"
 VIRTUAL_NODE_ANNOTATION = f"{PREFIX}virtual-node"
 #: the type of the BridgeCluster a virtual node stands for (``slurm``, ``flux``…)
 NODE_CLUSTER_TYPE_LABEL = f"{PREFIX}cluster-type"
+#: on a virtual node: where its capacity came from (the backend's query and when), or why it is unknown
+CAPACITY_ANNOTATION = f"{OPERATOR_PREFIX}capacity"
+#: a virtual node's extended resource: how many of the backend's nodes the cluster has
+NODES_RESOURCE = f"{PREFIX}nodes"
 #: what made a Node or pod: ``virtual-node`` on the operator's Nodes and stand-in pods
 MANAGED_LABEL = f"{PREFIX}managed-by"
 #: on a stand-in pod (besides the job-id and job-cluster annotations): the hosts its backend job runs on

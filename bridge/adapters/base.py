@@ -197,6 +197,33 @@ class Capacity:
     limit: str | None = None
 
 
+@dataclass(frozen=True)
+class Amounts:
+    """Nodes, CPUs, memory and GPUs of a cluster; None where the backend does not say (Flux gives no memory)."""
+
+    nodes: int | None = None
+    cpus: int | None = None
+    memory_mib: int | None = None
+    gpus: int | None = None
+
+    def text(self) -> str:
+        shown = [f"{value} {unit}" for value, unit in ((self.nodes, "nodes"), (self.cpus, "CPUs"),
+                                                      (self.memory_mib, "MiB"), (self.gpus, "GPUs"))
+                 if value is not None]
+        return ", ".join(shown) or "nothing known"
+
+
+@dataclass(frozen=True)
+class ClusterSize:
+    """What a whole cluster has (``total``) and, of it, what could run jobs (``usable``: nodes neither down nor
+    drained), from one backend query; ``detail`` says where it came from. A backend that cannot say leaves
+    the amounts None: never a guess (a virtual node then advertises only what is known)."""
+
+    total: Amounts
+    usable: Amounts
+    detail: str
+
+
 class Adapter(ABC):
     """One backend. Instances are cheap; connections are opened lazily and reused."""
 
@@ -288,6 +315,11 @@ class Adapter(ABC):
     def capacity(self, plan: LaunchPlan) -> Capacity:
         """How many nodes could take one of *plan*'s nodes, now and at all, from one batched backend query
         (``--cluster auto``); BackendUnavailable when the backend cannot be reached."""
+
+    def size(self) -> ClusterSize:
+        """The whole cluster's nodes, CPUs, memory and GPUs, in all and usable, from one backend query (a
+        virtual node's capacity); BackendUnavailable when the backend cannot be reached. Here: nothing known."""
+        return ClusterSize(Amounts(), Amounts(), f"{self.backend or 'this backend'} does not say its size")
 
     @abstractmethod
     def check(self) -> str:

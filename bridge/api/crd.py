@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bridge.annotations import GENERATED_FROM_ANNOTATION
+from bridge.annotations import GENERATED_FROM_ANNOTATION, JOB_CLUSTER_ANNOTATION, JOB_ID_ANNOTATION
 from bridge.api.cluster import BridgeCluster
 from bridge.api.runtime import ClusterTrainingRuntime, TrainingRuntime
 from bridge.api.trainjob import MANAGED_BY_VALUES, TrainJob
@@ -114,6 +114,22 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
+def _annotation_path(name: str) -> str:
+    """A JSONPath to a metadata annotation: its dots escaped, as kubectl's JSONPath reads them."""
+    return ".metadata.annotations." + name.replace(".", "\\.")
+
+
+#: ``kubectl get trainjobs``: Kubeflow's State and Age, and between them the cluster and the backend job the
+#: operator records on the TrainJob when it sends it (the annotations it reads itself after a restart)
+TRAINJOB_COLUMNS = [
+    {"name": "Cluster", "type": "string", "jsonPath": _annotation_path(JOB_CLUSTER_ANNOTATION),
+     "description": "The BridgeCluster the TrainJob's backend job runs on"},
+    {"name": "Job ID", "type": "string", "jsonPath": _annotation_path(JOB_ID_ANNOTATION),
+     "description": "The backend's id of the TrainJob's job (Slurm job id, Flux job id, JobSet)"},
+    {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+
+
 def crd(model: type[BaseModel], group: str, kind: str, plural: str, scope: str, short: list[str]) -> dict[str, Any]:
     schema = openapi_schema(model)
     version: dict[str, Any] = {"name": "v1alpha1", "served": True, "storage": True,
@@ -121,9 +137,7 @@ def crd(model: type[BaseModel], group: str, kind: str, plural: str, scope: str, 
     if "status" in schema["properties"]:
         version["subresources"] = {"status": {}}
     if kind == "TrainJob":
-        version["additionalPrinterColumns"] = [
-            {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
-            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+        version["additionalPrinterColumns"] = TRAINJOB_COLUMNS
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}",

@@ -101,3 +101,40 @@ def for_status(state: str, reason: str | None, message: str | None, exit_code: i
     code = f" with exit code {exit_code}" if exit_code else ""
     text = f"{job} {state.lower()}{code}" + (f": {detail}" if detail else (f" ({reason})" if reason else ""))
     return [Change(RUNNING, False, state, text), Change(FAILED, True, why, text)]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event for the TrainJob: what `kubectl describe trainjob` lists."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+#: states that are one phase to a reader of Events: a job Completing is still the job Running
+_PHASE = {"Completing": "Running", "Unknown": "Pending"}
+
+
+def event_for(previous: tuple[str, str | None] | None, state: str, reason: str | None, exit_code: int | None,
+              hosts: Sequence[str], job: str) -> Event | None:
+    """The Event a backend transition means, else None: *previous* is the (state, reason) last seen (None: the
+    first poll), *job* names the job ("slurm job 42 on cluster hpc"). Queued with the scheduler's reason each
+    time that reason changes; Running on its hosts; the end with its exit code. Only the job's id, hosts,
+    state, reason and exit code go in: never its environment or the cluster's credentials."""
+    before, before_reason = (_PHASE.get(previous[0], previous[0]), previous[1]) if previous else (None, None)
+    phase = _PHASE.get(state, state)
+    if phase == "Pending":
+        if state == "Pending" and reason and (before != "Pending" or before_reason != reason):
+            return Event("Queued", f"{job} is queued: {reason}")
+        return None
+    if phase == before:
+        return None
+    if phase == "Running":
+        return Event("Running", f"{job} is running" + (f" on {', '.join(hosts)}" if hosts else ""))
+    if phase == "Suspended":
+        return Event("Suspended", f"{job} is suspended")
+    code = f" with exit code {exit_code}" if exit_code is not None else ""
+    why = f" ({reason})" if reason and phase != "Succeeded" else ""
+    ended = {"Cancelled": "was cancelled", "Timeout": "timed out"}.get(phase, phase.lower())
+    return Event(phase, f"{job} {ended}{code}{why}", warning=phase != "Succeeded")

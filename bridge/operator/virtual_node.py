@@ -4,7 +4,11 @@ virtual node, which the stand-in pods of its TrainJobs are bound to and whose ku
 
 The Node is tainted so that nothing else is scheduled there, labelled with its cluster's name and type, Ready while
 the operator runs (its Lease in kube-node-lease renewed every few seconds, as a kubelet's), and names the
-operator's kubelet port and address. A cluster's admin opts out with the BridgeCluster annotation
+operator's kubelet port and address. Its capacity is the backend's (``service.cluster_size``: nodes as the
+extended resource ``hpcbridge.io/nodes``, CPUs, memory, GPUs), asked when the Node is registered and every
+*size_every* seconds on a worker thread so a slow backend never holds up a heartbeat; what the backend cannot say
+is left out rather than guessed, and the Node's annotation ``operator.hpcbridge.io/capacity`` says where the
+figures came from or why there are none. A cluster's admin opts out with the BridgeCluster annotation
 ``hpcbridge.io/virtual-node: "false"``.
 """
 
@@ -16,14 +20,17 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bridge import __version__
 from bridge.annotations import (
+    CAPACITY_ANNOTATION,
     CLUSTER_ANNOTATION,
     MANAGED_LABEL,
     NODE_CLUSTER_TYPE_LABEL,
+    NODES_RESOURCE,
     VIRTUAL_NODE_ANNOTATION,
 )
 from bridge.errors import BridgeError, InvalidSpec
@@ -31,6 +38,7 @@ from bridge.operator.kube import kube_call
 from bridge.plan.traits import traits_of
 
 if TYPE_CHECKING:
+    from bridge.adapters.base import Adapter, ClusterSize
     from bridge.api.cluster import BridgeCluster
 
 log = logging.getLogger("hpcbridge.operator")
@@ -41,9 +49,8 @@ MANAGED_BY = "virtual-node"
 LEASE_NAMESPACE = "kube-node-lease"
 #: how long the node lifecycle controller waits for a lease renewal before it calls the node NotReady
 LEASE_SECONDS = 40
-#: what the Node offers: the backend's size is not read (placement asks a plan's fit, not a total), so the
-#: capacity only has to hold every stand-in pod; the scheduler never places anything there (the taint)
-DEFAULT_CAPACITY = {"cpu": "1000", "memory": "4096Gi", "pods": "10000"}
+#: how many stand-in pods the Node holds; the scheduler never places anything there (the taint)
+PODS = "10000"
 
 #: where the operator's settings for the virtual nodes come from (its Deployment's env)
 ADDRESS_ENV = "HPCBRIDGE_KUBELET_ADDRESS"
@@ -106,14 +113,43 @@ def render_node(cluster: BridgeCluster, endpoint: Endpoint) -> dict[str, Any]:
             "spec": {"taints": [{"key": CLUSTER_ANNOTATION, "value": cluster.name, "effect": "NoSchedule"}]}}
 
 
-def render_status(cluster: BridgeCluster, endpoint: Endpoint, now: datetime.datetime) -> dict[str, Any]:
-    """The Node's status: Ready, its capacity, the operator's address and kubelet port."""
+def resources(size: ClusterSize | None) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """The Node's capacity and allocatable from the backend's *size* (None: not known yet): the cluster's nodes,
+    CPUs, memory and GPUs in all and usable. A figure the backend does not give is None, which a patch removes
+    from the Node: never a guess."""
+    def of(amounts: Any) -> dict[str, str | None]:
+        figures: dict[str, str | None] = {NODES_RESOURCE: None, "cpu": None, "memory": None, "nvidia.com/gpu": None}
+        if amounts is not None:
+            figures.update({NODES_RESOURCE: _text(amounts.nodes), "cpu": _text(amounts.cpus),
+                            "memory": None if amounts.memory_mib is None else f"{amounts.memory_mib}Mi",
+                            "nvidia.com/gpu": _text(amounts.gpus)})
+        return {**figures, "pods": PODS}
+
+    return of(size.total if size else None), of(size.usable if size else None)
+
+
+def _text(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def capacity_note(size: ClusterSize | None, problem: str | None, now: datetime.datetime) -> str:
+    """The Node's capacity annotation: what was counted, from where and when; or why nothing is known."""
+    if size is None:
+        return f"unknown: {problem or 'not asked yet'}"
+    kept = f"; the last answer, kept while the backend is not answering: {problem}" if problem else ""
+    return f"{size.total.text()} ({size.detail}) at {_stamp(now)}{kept}"
+
+
+def render_status(cluster: BridgeCluster, endpoint: Endpoint, now: datetime.datetime,
+                  size: ClusterSize | None = None) -> dict[str, Any]:
+    """The Node's status: Ready, its capacity (the backend's *size*), the operator's address and kubelet port."""
     stamp = _stamp(now)
+    capacity, allocatable = resources(size)
     ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": stamp,
              "lastTransitionTime": stamp,
              "message": f"hpc-bridge stands for {cluster.spec.type} cluster {cluster.name}"}
     return {"status": {
-        "capacity": dict(DEFAULT_CAPACITY), "allocatable": dict(DEFAULT_CAPACITY), "conditions": [ready],
+        "capacity": capacity, "allocatable": allocatable, "conditions": [ready],
         "addresses": [{"type": "InternalIP", "address": endpoint.address},
                       {"type": "Hostname", "address": node_name(cluster.name)}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": endpoint.port}},
@@ -137,15 +173,25 @@ class VirtualNodes:
     *interval* seconds on a thread."""
 
     def __init__(self, api: Any, endpoint: Endpoint, clusters: Callable[[], Mapping[str, BridgeCluster]],
-                 interval: float = 10.0, status_every: float = 60.0) -> None:
+                 interval: float = 10.0, status_every: float = 60.0, size_every: float = 60.0,
+                 adapter_for: Callable[[str], Adapter] | None = None) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api.api_client)
         self.leases = client.CoordinationV1Api(api.api_client)
         self.endpoint, self.clusters, self.interval, self.status_every = endpoint, clusters, interval, status_every
+        self.size_every = size_every
+        #: the adapter that asks a cluster its size (by name): given, else one per cluster kept here
+        self.adapter_for = adapter_for or _AdapterPerCluster(api).get
         #: cluster name -> Node name, for those registered
         self.nodes: dict[str, str] = {}
         self._status_at: dict[str, datetime.datetime] = {}
+        #: the backend's last answer per cluster, why the last ask failed, when it was asked, and those in flight
+        self.sizes: dict[str, ClusterSize] = {}
+        self._size_problem: dict[str, str] = {}
+        self._size_at: dict[str, datetime.datetime] = {}
+        self._asking: set[str] = set()
+        self._askers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="node-size")
         self._lock = threading.Lock()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="virtual-nodes", daemon=True)
@@ -160,6 +206,7 @@ class VirtualNodes:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._askers.shutdown(wait=False, cancel_futures=True)
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
@@ -205,11 +252,61 @@ class VirtualNodes:
             self.nodes[cluster.name] = name
             due = fresh or (now - self._status_at.get(cluster.name, now)).total_seconds() >= self.status_every
         if due:
-            kube_call(f"patch node {name} status", self.core.patch_node_status, name,
-                      render_status(cluster, self.endpoint, now))
-            with self._lock:
-                self._status_at[cluster.name] = now
+            self._write_status(cluster, now)
         self._renew(name, node.metadata.uid, now)
+        self._ask_size_when_due(cluster, now)
+
+    def _write_status(self, cluster: BridgeCluster, now: datetime.datetime) -> None:
+        name = node_name(cluster.name)
+        with self._lock:
+            size = self.sizes.get(cluster.name)
+        kube_call(f"patch node {name} status", self.core.patch_node_status, name,
+                  render_status(cluster, self.endpoint, now, size))
+        with self._lock:
+            self._status_at[cluster.name] = now
+
+    def _ask_size_when_due(self, cluster: BridgeCluster, now: datetime.datetime) -> None:
+        """Ask the backend its size on a worker when the Node has none yet or its last is *size_every* old."""
+        with self._lock:
+            asked = self._size_at.get(cluster.name)
+            if cluster.name in self._asking or (asked is not None and
+                                                (now - asked).total_seconds() < self.size_every):
+                return
+            self._asking.add(cluster.name)
+            self._size_at[cluster.name] = now
+        try:
+            self._askers.submit(self.refresh_size, cluster)
+        except RuntimeError:  # stopping: the pool takes no more work
+            with self._lock:
+                self._asking.discard(cluster.name)
+
+    def refresh_size(self, cluster: BridgeCluster) -> None:
+        """Ask *cluster*'s backend its size through the service and write it on the Node (status and the
+        capacity annotation); on trouble the last answer stays and the annotation says why. Never raises."""
+        from bridge import service
+
+        try:
+            size: ClusterSize | None = service.cluster_size(self.adapter_for(cluster.name))
+            problem = None
+        except Exception as exc:  # noqa: BLE001 - an unknown size must not stop the Node's heartbeats
+            size, problem = None, str(exc) if isinstance(exc, BridgeError) else f"{type(exc).__name__}: {exc}"
+            log.warning("virtual node of BridgeCluster %s: size unknown: %s", cluster.name, problem)
+        now = datetime.datetime.now(datetime.UTC)
+        with self._lock:
+            self._asking.discard(cluster.name)
+            if size is not None:
+                self.sizes[cluster.name] = size
+                self._size_problem.pop(cluster.name, None)
+            else:
+                self._size_problem[cluster.name] = problem or ""
+            shown, why = self.sizes.get(cluster.name), self._size_problem.get(cluster.name)
+        name = node_name(cluster.name)
+        try:
+            kube_call(f"annotate node {name}", self.core.patch_node, name,
+                      {"metadata": {"annotations": {CAPACITY_ANNOTATION: capacity_note(shown, why, now)}}})
+            self._write_status(cluster, now)
+        except Exception as exc:  # noqa: BLE001 - the next round writes it
+            log.warning("virtual node %s: capacity not written: %s", name, exc)
 
     def _renew(self, name: str, node_uid: str, now: datetime.datetime) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -229,9 +326,34 @@ class VirtualNodes:
         with self._lock:
             self.nodes.pop(cluster, None)
             self._status_at.pop(cluster, None)
+            self._size_at.pop(cluster, None)
+            self.sizes.pop(cluster, None)
         try:
             kube_call(f"delete node {node}", self.core.delete_node, node)
             log.info("virtual node %s removed: cluster %s is gone or opted out", node, cluster)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+class _AdapterPerCluster:
+    """One adapter per BridgeCluster, built from its credentialed spec through the service, and built again
+    when the spec changes: what asks a cluster its size when no sync loop's adapter is handed in."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self.kept: dict[str, tuple[BridgeCluster, Adapter]] = {}
+        self.lock = threading.Lock()
+
+    def get(self, cluster: str) -> Adapter:
+        from bridge import service
+
+        spec = self.api.clusters()[cluster]
+        with self.lock:
+            kept = self.kept.get(cluster)
+            if kept is not None and kept[0] == spec:
+                return kept[1]
+        adapter = service.get_adapter(spec)
+        with self.lock:
+            self.kept[cluster] = (spec, adapter)
+        return adapter

@@ -56,6 +56,7 @@ from bridge.service.targets import (
     backend_cluster,
     check,
     cluster_adapter,
+    cluster_size,
     clusters,
     get_adapter,
     tenant_adapter,
@@ -64,7 +65,7 @@ from bridge.service.targets import (
 __all__ = [
     "NO_RETRY", "RESUME_ENV", "Follow", "IfFinished", "Input", "Moved", "Prepared", "Retry", "Submitted",
     "add_resume_env", "backend_cluster", "cache_entries", "cache_prune", "cancel", "cancel_ref", "check",
-    "cluster_adapter", "clusters", "dry_run", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "logs",
+    "cluster_adapter", "cluster_size", "clusters", "dry_run", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "logs",
     "migrate", "move", "move_record", "owned_job", "parse_stop_signal", "poll", "prepare", "queued", "read_input", "render",
     "stop_and_remove", "stop_to_move", "staging_dir", "status", "status_documents", "submit", "submit_array", "submit_many",
     "tenant_adapter", "wait_for_dependency",

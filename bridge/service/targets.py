@@ -8,9 +8,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge.errors import InvalidSpec, did_you_mean
+from bridge.service.retries import NO_RETRY, Retry
 
 if TYPE_CHECKING:
-    from bridge.adapters.base import Adapter
+    from bridge.adapters.base import Adapter, ClusterSize
     from bridge.api.cluster import BridgeCluster
     from bridge.tenancy import Request as TenantRequest
 
@@ -91,3 +92,9 @@ def tenant_adapter(cluster: BridgeCluster, request: TenantRequest,
 
 def check(cluster: BridgeCluster) -> str:
     return get_adapter(cluster).check()
+
+
+def cluster_size(adapter: Adapter, retry: Retry = NO_RETRY) -> ClusterSize:
+    """What the cluster behind *adapter* has in all and usable (nodes, CPUs, memory, GPUs; None where its backend
+    cannot say): a virtual node's capacity."""
+    return retry.call(adapter.size)

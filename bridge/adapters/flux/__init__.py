@@ -18,6 +18,7 @@ from bridge.adapters.base import (
     ArtifactFile,
     Capabilities,
     Capacity,
+    ClusterSize,
     Identity,
     JobRef,
     JobState,
@@ -213,6 +214,11 @@ class FluxAdapter(Adapter):
         # a batch (every launcher but Flux's own PMI) takes its nodes exclusively, as `flux batch` does
         return capacity.count(self.client.resources(plan.options.partition), NodeNeed.of(plan),
                               whole_nodes=plan.launcher != Launcher.FLUX)
+
+    def size(self) -> ClusterSize:
+        from bridge.adapters.flux import capacity
+
+        return capacity.size(self.client.resources(None))
 
     def check(self) -> str:
         return self.client.describe()

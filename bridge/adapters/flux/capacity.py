@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from bridge.adapters.base import Capacity, NodeNeed
+from bridge.adapters.base import Amounts, Capacity, ClusterSize, NodeNeed
 from bridge.errors import BackendUnavailable
 
 _TOKEN = re.compile(r"rank(?P<ranks>\d+|\[[\d,\-]+\])/(?P<children>.+)")
@@ -57,3 +57,23 @@ def count(states: Mapping[str, str], need: NodeNeed, whole_nodes: bool) -> Capac
     return Capacity(now, fitting, f"{now} of {fitting + down} ranks free ({how}) for {need.text().split(', ')[0]}"
                                   f"{', ' + str(need.gpus) + ' GPU' if need.gpus else ''}"
                                   f"{f'; {down} down' if down else ''}")
+
+
+def size(states: Mapping[str, str]) -> ClusterSize:
+    """The instance's ranks, cores and GPUs, in all (free, allocated and down) and usable (free or allocated).
+    ``flux resource list`` counts no memory: it stays unknown."""
+    by_state = {state: per_rank(states.get(state, "")) for state in ("free", "allocated", "down")}
+
+    def amounts(names: tuple[str, ...]) -> Amounts:
+        ranks: dict[int, dict[str, int]] = {}
+        for name in names:
+            for rank, counts in by_state[name].items():
+                for kind, number in counts.items():
+                    ranks.setdefault(rank, {})[kind] = ranks.get(rank, {}).get(kind, 0) + number
+        return Amounts(len(ranks), sum(c.get("core", 0) for c in ranks.values()), None,
+                       sum(c.get("gpu", 0) for c in ranks.values()))
+
+    usable = amounts(("free", "allocated"))
+    total = amounts(("free", "allocated", "down"))
+    return ClusterSize(total, usable, f"flux resource list: {usable.nodes} of {total.nodes} ranks up; no memory "
+                                      "counted")

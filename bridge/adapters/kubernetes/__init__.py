@@ -22,6 +22,7 @@ from bridge.adapters.base import (
     ArtifactFile,
     Capabilities,
     Capacity,
+    ClusterSize,
     Identity,
     JobRef,
     JobState,
@@ -591,6 +592,12 @@ class KubernetesAdapter(Adapter):
         pods = self._call("list pods", self._core().list_pod_for_all_namespaces, field_selector=capacity.ACTIVE_PODS)
         return capacity.count([api.sanitize_for_serialization(node) for node in nodes.items],
                               [api.sanitize_for_serialization(pod) for pod in pods.items], pod_spec)
+
+    def size(self) -> ClusterSize:
+        from bridge.adapters.kubernetes import capacity
+
+        nodes = self._call("list nodes", self._core().list_node).items
+        return capacity.size([self._core().api_client.sanitize_for_serialization(node) for node in nodes])
 
     def check(self) -> str:
         from bridge.adapters.kubernetes.client import client

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from bridge.adapters.base import Capacity
+from bridge.adapters.base import Amounts, Capacity, ClusterSize
 from bridge.api.quantity import parse_quantity
 
 #: the pods still holding their node's resources (the field selector of the pod listing)
@@ -68,6 +68,22 @@ def count(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
     asked = ", ".join(f"{name} {_shown(amount)}" for name, amount in sorted(need.items())) or "no requests"
     where = f" with labels {dict(selector)}" if selector else ""
     return Capacity(free, fitting, f"{free} of {total} nodes{where} free for a pod asking {asked}")
+
+
+def size(nodes: Iterable[Mapping[str, Any]]) -> ClusterSize:
+    """The nodes' capacity summed (cpu, memory, nvidia.com/gpu); usable: the allocatable of those Ready and
+    schedulable."""
+    def amounts(chosen: list[Mapping[str, Any]], field: str) -> Amounts:
+        def total(name: str) -> Fraction:
+            return sum((parse_quantity(((n.get("status") or {}).get(field) or {}).get(name, "0")) for n in chosen),
+                       Fraction(0))
+        return Amounts(len(chosen), int(total("cpu")), int(total("memory") / 2**20), int(total("nvidia.com/gpu")))
+
+    listed = list(nodes)
+    usable = [n for n in listed if not (n.get("spec") or {}).get("unschedulable") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in (n.get("status") or {}).get("conditions") or [])]
+    return ClusterSize(amounts(listed, "capacity"), amounts(usable, "allocatable"),
+                       f"{len(usable)} of {len(listed)} nodes Ready and schedulable")
 
 
 def _shown(amount: Fraction) -> str:

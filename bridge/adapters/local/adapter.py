@@ -20,10 +20,12 @@ from pathlib import Path
 from bridge.adapters.base import (
     SIGNALS,
     Adapter,
+    Amounts,
     Artifact,
     ArtifactFile,
     Capabilities,
     Capacity,
+    ClusterSize,
     Identity,
     JobRef,
     JobState,
@@ -205,6 +207,15 @@ class LocalAdapter(Adapter):
             return Capacity(0, 0, detail, limit=exc.problem)
         nodes = len(gpus) // need.gpus if need.gpus else max(plan.nodes, cpus // need.cpus)
         return Capacity(nodes, nodes, detail)
+
+    def size(self) -> ClusterSize:
+        """This machine: its CPUs, memory and GPUs, one node (the emulated nodes share it)."""
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        except (ValueError, OSError):
+            memory = None
+        amounts = Amounts(1, os.cpu_count(), memory, len(self._gpus()[0]))
+        return ClusterSize(amounts, amounts, f"this machine ({socket.gethostname()}; GPUs: {self._gpus()[1]})")
 
     def check(self) -> str:
         return f"this machine ({socket.gethostname()}, {os.cpu_count()} CPUs)"

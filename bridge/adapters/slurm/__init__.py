@@ -19,6 +19,7 @@ from bridge.adapters.base import (
     ArtifactFile,
     Capabilities,
     Capacity,
+    ClusterSize,
     Identity,
     JobRef,
     JobState,
@@ -46,6 +47,7 @@ from bridge.errors import BackendRejected, BackendUnavailable
 from bridge.plan import LaunchPlan
 
 if TYPE_CHECKING:  # rendering needs neither: render never starts a process
+    from bridge.adapters.slurm.sinfo import NodeRow
     from bridge.adapters.transport import CommandResult, Transport
     from bridge.api.cluster import BridgeCluster
 
@@ -199,14 +201,23 @@ class SlurmAdapter(Adapter):
                 statuses.append(self._status(ref, record))
         return statuses
 
-    def capacity(self, plan: LaunchPlan) -> Capacity:
+    def _node_rows(self) -> list[NodeRow]:
         from bridge.adapters.slurm import sinfo
 
         if self.rest is not None:
-            rows = self.rest.node_rows()
-        else:
-            rows = sinfo.parse(self._check(self.transport.run(sinfo.SINFO, timeout=30), "sinfo").stdout)
-        return sinfo.count(rows, NodeNeed.of(plan), plan.nodes, plan.options.partition, plan.time_limit_seconds)
+            return self.rest.node_rows()
+        return sinfo.parse(self._check(self.transport.run(sinfo.SINFO, timeout=30), "sinfo").stdout)
+
+    def capacity(self, plan: LaunchPlan) -> Capacity:
+        from bridge.adapters.slurm import sinfo
+
+        return sinfo.count(self._node_rows(), NodeNeed.of(plan), plan.nodes, plan.options.partition,
+                           plan.time_limit_seconds)
+
+    def size(self) -> ClusterSize:
+        from bridge.adapters.slurm import sinfo
+
+        return sinfo.size(self._node_rows(), "slurmrestd nodes" if self.rest is not None else "sinfo")
 
     def check(self) -> str:
         if self.rest is not None:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from bridge.adapters.base import Capacity, NodeNeed
+from bridge.adapters.base import Amounts, Capacity, ClusterSize, NodeNeed
 from bridge.annotations import PARTITION_ANNOTATION
 from bridge.errors import BackendUnavailable
 
@@ -123,6 +123,20 @@ def beyond_partition(rows: Sequence[NodeRow], need: NodeNeed, nodes: int, partit
     if need.cpus * nodes > sum(row.cpus for row in mine):
         return f"partition {name} has {sum(row.cpus for row in mine)} CPUs, the job asks {need.cpus * nodes}"
     return count(rows, need, nodes, partition, time_limit).limit
+
+
+def size(rows: Sequence[NodeRow], source: str) -> ClusterSize:
+    """The cluster's nodes, CPUs, memory and GPUs, each node once (sinfo prints a node once per partition);
+    usable: the nodes whose jobs may start there (idle, mixed, allocated...), not down, drained or failed."""
+    nodes = {row.node: row for row in rows}
+
+    def amounts(chosen: list[NodeRow]) -> Amounts:
+        return Amounts(len(chosen), sum(row.cpus for row in chosen), sum(row.memory_mib for row in chosen),
+                       sum(row.gpus for row in chosen))
+
+    usable = [row for row in nodes.values() if row.state in _SCHEDULABLE]
+    return ClusterSize(amounts(list(nodes.values())), amounts(usable),
+                       f"{source}: {len(usable)} of {len(nodes)} nodes usable")
 
 
 def rest_rows(nodes: Iterable[dict[str, Any]], partitions: Iterable[dict[str, Any]]) -> list[NodeRow]:
