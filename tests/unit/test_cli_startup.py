@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from bridge.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "mpi-allreduce.yaml"
 
 
 def modules_loaded(argv: list[str]) -> set[str]:
@@ -50,3 +55,43 @@ def test_a_word_that_is_no_command_gets_the_whole_parser() -> None:
 def test_completion_is_written_from_every_command() -> None:
     parser = build_parser("completion")
     assert set(parser.commands) == set(build_parser().commands)
+
+
+def run_as_entry_point(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``hpcbridge *argv`` as the console script runs it, with an exit handler that says whether it ran."""
+    code = ("import atexit, sys\natexit.register(lambda: sys.stderr.write('teardown ran\\n'))\n"
+            "sys.argv = ['hpcbridge', *" + repr(argv) + "]\nfrom bridge.cli import main\nsys.exit(main())")
+    return subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("argv", [
+    ["render", str(EXAMPLE), "--to", "slurm", "-o", "yaml"],
+    ["convert", str(EXAMPLE), "--to", "jobset"],
+    ["validate", str(EXAMPLE)],
+])
+def test_a_command_that_only_prints_ends_without_the_teardown_and_prints_all(argv: list[str]) -> None:
+    ended = run_as_entry_point(argv)
+    assert ended.returncode == 0 and ended.stderr == "", ended.stderr
+    in_process = subprocess.run([sys.executable, "-c", f"import sys; from bridge.cli import main; "
+                                 f"sys.exit(main({argv!r}))"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert ended.stdout == in_process.stdout and ended.stdout
+
+
+def test_an_error_keeps_its_exit_code_and_line_and_other_commands_keep_the_teardown() -> None:
+    bad = run_as_entry_point(["render", "/no/such/file.yaml"])
+    assert bad.returncode == 2 and "no such file" in bad.stderr and "teardown ran" not in bad.stderr
+    other = run_as_entry_point(["clusters"])
+    assert other.returncode == 0 and other.stderr == "teardown ran\n"
+
+
+@pytest.mark.parametrize("reader", ["true", "head -c 10"])
+def test_a_reader_that_goes_away_ends_it_quietly(reader: str) -> None:
+    # `true` is gone before the render's few lines are flushed at the end; `head` leaves in the middle of
+    # far more than a pipe holds
+    many = " ".join([str(EXAMPLE)] * (300 if reader.startswith("head") else 1))
+    shell = f"{sys.executable} -m bridge validate {many} -o yaml | {reader}"
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout as a user's: buffered
+    piped = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd=ROOT, env=buffered,
+                           timeout=120)
+    assert piped.stderr == "" and len(piped.stdout) == (10 if reader.startswith("head") else 0)
