@@ -4,6 +4,8 @@ hostfile, in the same run. Needs root (it builds the hosts); run: .venv/bin/pyth
 Both sides run the same Open MPI C allreduce from host node-0 over ssh; hpcbridge's side includes starting
 the per-job sshd on the peers, waiting for them, and releasing them at the end. The bridge package is
 byte-compiled first, as an installed package is (the editable checkout may hold none: PYTHONDONTWRITEBYTECODE).
+With --against DIR (the root of another checkout, e.g. `git worktree add /tmp/before HEAD~1`) the same launch
+from that checkout's bridge package runs in the same loop: what a change of ours moved, beside the noise.
 With HPCBRIDGE_TRACE=1 it also prints the last run's phase timings from every host (bridge/mpi/bootstrap.py).
 """
 
@@ -33,8 +35,12 @@ CLEAN = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMP
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)  # the machine is shared and noisy: medians of many
-    runs = parser.parse_args().runs
+    parser.add_argument("--against", type=Path, help="root of another checkout whose launch runs beside ours")
+    options = parser.parse_args()
+    runs, against = options.runs, options.against
     compileall.compile_dir(ROOT / "bridge", quiet=1)
+    if against:
+        compileall.compile_dir(against / "bridge", quiet=1)
     base = Path(tempfile.mkdtemp(prefix="hpcbridge-bench-launch-"))
     cluster = HostCluster(count=3, base_dir=base)
     cluster.start()
@@ -58,8 +64,12 @@ def main() -> None:
         stderr = subprocess.PIPE if tracing else subprocess.DEVNULL
         traced: list[str] = []
 
-        def bridged(index: int) -> float:
-            argv = [sys.executable, "-m", "bridge", "launch", "--launcher", "openmpi", "--discovery", "explicit",
+        def bridged(index: int, checkout: Path | None = None) -> float:
+            # another checkout's package first on sys.path (`-m bridge` would put the working directory first)
+            start_bridge = ["-m", "bridge"] if checkout is None else [
+                "-c", f"import sys; sys.path.insert(0, {str(checkout)!r}); from bridge.cli import main; "
+                      "sys.exit(main())"]
+            argv = [sys.executable, *start_bridge, "launch", "--launcher", "openmpi", "--discovery", "explicit",
                     "--job-id", f"bench-{index}", "--ssh-dir", str(keys)]
             for host in cluster.hosts:
                 argv += ["--host", host.name]
@@ -80,14 +90,19 @@ def main() -> None:
 
         bare()
         bridged(-1)  # warm caches on both sides
-        baseline, ours = [], []
+        baseline, ours, theirs = [], [], []
         for index in range(runs):  # interleaved, so machine noise hits both sides alike
             baseline.append(bare())
             ours.append(bridged(index))
+            if against:
+                theirs.append(bridged(runs + index, against))
         b, o = statistics.median(baseline), statistics.median(ours)
         print(f"bare mpirun (hand-written hostfile):  {b * 1000:7.0f} ms (median of {runs})")
         print(f"hpcbridge launch on every host:       {o * 1000:7.0f} ms (median of {runs})")
-        print(f"ratio hpcbridge / bare:               {o / b:7.2f}x   (target <= 1.10)")
+        print(f"ratio hpcbridge / bare:               {o / b:7.2f}x   (target <= 1.05)")
+        if against:
+            t = statistics.median(theirs)
+            print(f"the same from {against}: {t * 1000:7.0f} ms, ratio {t / b:.2f}x")
         if traced:
             print("last run, every host:", *traced, sep="\n  ")
     finally:
