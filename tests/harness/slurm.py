@@ -232,8 +232,9 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
             time.sleep(0.1)
         raise RuntimeError(f"Slurm nodes not idle: {self.log_tail()}")
 
-    def start_rest(self) -> str:
-        """slurmrestd with JWT auth on a loopback port, as nobody (it refuses root). 22.05's serves OpenAPI
+    def start_rest(self, address: str = "127.0.0.1") -> str:
+        """slurmrestd with JWT auth on a port of *address* (loopback by default; the hosts' gateway for clients
+        beyond this machine, such as pods), as nobody (it refuses root). 22.05's serves OpenAPI
         v0.0.38 only; another release's serves what its slurmctld plugin does (without slurmdbd, loading all
         plugins fails)."""
         port = _free_port_block(1, start=41000, end=50000)
@@ -244,13 +245,13 @@ AuthAltParameters=jwt_key={b}/etc/jwt_hs256.key
         if blocked:
             argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", REVEAL, "reveal",
                     str(blocked), str(self.install.home), *argv]
-        self._rest = subprocess.Popen([*argv, "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+        self._rest = subprocess.Popen([*argv, "-a", "rest_auth/jwt", f"{address}:{port}"],
                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.rest_url = f"http://127.0.0.1:{port}"
+        self.rest_url = f"http://{address}:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                if probe.connect_ex((address, port)) == 0:
                     return self.rest_url
             if self._rest.poll() is not None:
                 break
