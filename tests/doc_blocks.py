@@ -9,7 +9,9 @@ An HTML comment right before a block says what it needs beyond that: ``<!-- need
 cluster configured as ``hpc``; also ``flux``, ``kubernetes``, ``clusters`` for the clusters of
 examples/clusters.yaml, ``root``, or a Python module a job imports such as ``torch``). A ``slurm`` block runs
 against the suite's Slurm cluster (tests/integration/test_docs_commands.py), ``1234`` in it standing for the id
-the block's last ``submit`` printed; every block needing a daemon is also checked without it: bash parses it
+the block's last ``submit`` printed; a ``kubernetes`` block runs with kubectl against a control plane of that
+test's own, in document order, unless it needs more than that (its list says what); every block needing a
+daemon is also checked without it: bash parses it
 and every ``hpcbridge`` command in it goes through the CLI's parser. A block needing only Python modules runs
 when they import.
 

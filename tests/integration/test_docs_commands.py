@@ -1,14 +1,20 @@
 """Every shell block of README.md and docs/ that needs no cluster daemon runs as written, on the local cluster,
 from the repository root, and prints what the text shows; a block that needs Slurm runs as written against the
-suite's Slurm cluster, configured as ``hpc`` (tests/doc_blocks.py says how blocks are read; the blocks that need
-what the suite does not start, Flux, a Kubernetes operator install, root, several clusters, are parsed and
-checked by tests/unit/test_docs.py)."""
+suite's Slurm cluster, configured as ``hpc``; a block that needs Kubernetes runs as written with kubectl against a
+control plane (the operator's install, its Secrets, what its ServiceAccount may do, the uninstall), unless it
+needs more (BEYOND_THE_CONTROL_PLANE). tests/doc_blocks.py says how blocks are read; the blocks that need what
+the suite does not start (Flux, root, several clusters, a file of the reader's own) are parsed and checked by
+tests/unit/test_docs.py."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,9 +98,91 @@ def _lines(block: Block) -> list[doc_blocks.Command]:
     return [doc_blocks.Command(line) for line in block.script().replace("\\\n", " ").splitlines() if line.strip()]
 
 
+#: what a Kubernetes block may need beyond a control plane, kubectl and this checkout: such a block is parsed and
+#: CLI-checked only (tests/unit/test_docs.py), for the reason given
+BEYOND_THE_CONTROL_PLANE = {
+    "kueue-manifests.yaml": "Kueue's release manifests",
+    "job.yaml": "a TrainJob of the reader's own",
+    "helm ": "Helm's install, the alternative to the kubectl install run here",
+    "hpcbridge operator &": "an operator of its own beside the test's, and a TrainJob of the reader's",
+    "managed-by.json": "Kubeflow Trainer's own CRDs",
+}
+
+
+def _beyond(block: Block) -> str | None:
+    commands = "\n".join(line.split("#")[0] for line in block.script().splitlines())  # not what comments say
+    return next((why for word, why in BEYOND_THE_CONTROL_PLANE.items() if word in commands), None)
+
+
+def _kubernetes_blocks() -> list[Block]:
+    """The blocks run on the control plane, in an order a reader could follow: the uninstall last."""
+    blocks = [block for block in doc_blocks.shell_blocks() if block.runs_on("kubernetes") and not _beyond(block)]
+    return sorted(blocks, key=lambda block: "kubectl delete" in block.script())
+
+
+KUBERNETES_BLOCKS = _kubernetes_blocks()
+
+
+@pytest.fixture(scope="module")
+def control_plane() -> Iterator[tuple[Path, Path]]:
+    """A control plane of this module's own (one kwok node): the blocks install the operator and uninstall it,
+    CRDs included, which the session's shared cluster must keep; and the kubectl users install it with."""
+    from tests.harness import install_tools
+    from tests.harness.kube import KubeCluster
+
+    base = Path(tempfile.mkdtemp(prefix="hpcbridge-docs-kube-"))
+    cluster = KubeCluster(base / "cluster", nodes=1)
+    try:
+        cluster.start()
+        yield cluster.kubeconfig, install_tools.binaries()["kubectl"]
+    finally:
+        cluster.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.kubernetes
+@pytest.mark.parametrize("block", KUBERNETES_BLOCKS, ids=lambda block: block.where)
+def test_kubernetes_block_runs_as_written(block: Block, reader_env: dict[str, str], control_plane,
+                                          tmp_path: Path) -> None:
+    """As a cluster admin with kubectl and the kubeconfig of a control plane (the module's, a kwok node that
+    runs the operator's pods as Ready): each command as written, from the repository root, or from a folder
+    holding the files a block names as ``./file`` (the reader's key and tokens); ``kubectl auth can-i`` prints
+    what its comment says (and exits 1 for no). A block the same as one already run is not run again."""
+    kubeconfig, kubectl = control_plane
+    script = block.script()
+    if script in _RAN_SCRIPTS:
+        return
+    _RAN_SCRIPTS.add(script)
+    env = {**reader_env, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path),
+           "PATH": f"{kubectl.parent}:{reader_env['PATH']}"}
+    own = re.findall(r"=\./([\w.-]+)", script)
+    cwd = tmp_path if own else ROOT
+    for name in own:
+        (tmp_path / name).write_text(f"{name} of the reader's own\n")
+    assigned = ""  # a line setting a shell variable holds for the lines after it, as in the reader's shell
+    for line in _lines(block):
+        if re.fullmatch(r"[A-Za-z_]\w*=\S+", line.text.strip()):
+            assigned += line.text.strip() + "; "
+            continue
+        text, shown = line.text, line.output
+        answer = re.search(r"kubectl auth can-i .*#\s*(yes|no)\s*$", text)
+        if answer:
+            text, shown = text.split("#")[0] + f"# exits {0 if answer[1] == 'yes' else 1}", [answer[1]]
+        cwd = _run(doc_blocks.Command(assigned + text, shown), cwd, env, block.where)
+
+
+_RAN_SCRIPTS: set[str] = set()
+
+
 def test_the_blocks_are_counted() -> None:
-    """The counts in the report (printed with -s): run here, run on Slurm, checked without their daemon."""
+    """The counts in the report (printed with -s): run here, run on Slurm or Kubernetes, and checked without
+    their daemon."""
     blocks = doc_blocks.shell_blocks()
+    ran = len(RUNNABLE) + len(SLURM_BLOCKS) + len(KUBERNETES_BLOCKS)
     print(f"\nshell blocks: {len(blocks)}; run on the local cluster: {len(RUNNABLE)}; run on Slurm: "
-          f"{len(SLURM_BLOCKS)}; parse-checked only: {len(blocks) - len(RUNNABLE) - len(SLURM_BLOCKS)}")
-    assert SLURM_BLOCKS
+          f"{len(SLURM_BLOCKS)}; run on Kubernetes: {len(KUBERNETES_BLOCKS)}; run in all: {ran}; "
+          f"parse-checked only: {len(blocks) - ran}")
+    for block in blocks:
+        if block.runs_on("kubernetes") and _beyond(block):
+            print(f"  parse-checked only: {block.where} needs {_beyond(block)}")
+    assert SLURM_BLOCKS and KUBERNETES_BLOCKS
