@@ -39,6 +39,8 @@ def kube_call(what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
 BRIDGE_GROUP, BRIDGE_VERSION = "hpcbridge.io", "v1alpha1"
 COMPONENT = "hpcbridge-operator"
+#: connections kept open to the API server (kopf's workers and the sync loops' status writers, with room)
+CONNECTIONS = 96
 
 
 class Gone(Exception):
@@ -57,7 +59,11 @@ class KubeApi:
                 config.load_incluster_config()
             except config.ConfigException:
                 config.load_kube_config()
-            api_client = client.ApiClient()
+            configuration = client.Configuration.get_default_copy()
+            # one connection per thread that calls at once (kopf's workers, the status writers, the virtual
+            # nodes): with urllib3's default of 10, a burst opens and discards TLS connections by the hundred
+            configuration.connection_pool_maxsize = CONNECTIONS
+            api_client = client.ApiClient(configuration)
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)

@@ -83,7 +83,10 @@ def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=prefix,
                                                                             key="last-handled-configuration")
     settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's only its failures
-    settings.execution.max_workers = 16
+    # handlers that wait on one cluster's group commit go out in one group with one lookup by uid: with more of
+    # them at once, a restart with thousands of TrainJobs asks each backend fewer times (each lookup lists
+    # every job of the backend's user, so the restart's cost is lookups times jobs)
+    settings.execution.max_workers = 64
     settings.watching.server_timeout = 300
     settings.batching.batch_window = 0.01  # kopf waits this long for more events of an object (default 0.1 s)
 

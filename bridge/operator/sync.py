@@ -220,7 +220,9 @@ class ClusterSync:
                 with self.lock:
                     self.lagging.pop(item.ref.job_id, None)
 
-        def write(entry: tuple[Tracked, JobStatus, tuple[str, str | None, str | None, int | None]]) -> None:
+        def write(entry: tuple[Tracked, JobStatus, tuple[str, str | None, str | None, int | None]]
+                  ) -> cond.Event | bool:
+            """The TrainJob's conditions: False where not written, else the Event owed (True: none)."""
             item, status, key = entry
             job = f"{self.adapter.backend} job {item.ref.job_id} on cluster {self.cluster_name}"
             pending, item.pending = item.pending, []
@@ -228,23 +230,32 @@ class ClusterSync:
                                                   status.exit_code, job)]
             if not self._safely(item, changes):
                 item.pending = pending
-            else:
-                # an Event per change of state; waiting is what Submitted already said
-                if (item.last is None or item.last[0] != key[0]) and key[0] not in ("Pending", "Unknown"):
-                    warning = status.state.value in ("Failed", "Cancelled", "Timeout")
-                    self.api.event(item.namespace, item.name, item.uid, status.state.value, changes[-1].message,
-                                   warning=warning)
-                item.last = key
-                item.done = status.state.finished
-                if self.on_status is not None:
-                    self.on_status(item, status)
+                return False
+            # an Event per transition: queued (with each new reason), running on its hosts, ended
+            event = cond.event_for(item.last[:2] if item.last else None, key[0], status.reason, status.exit_code,
+                                   status.nodes, job)
+            item.last = key
+            item.done = status.state.finished
+            return event or True
 
-        # many jobs end together (a burst of completions): their status writes go out side by side
-        if len(work) > 1:
-            list(self.writers.map(write, work))
+        def tell(item: Tracked, status: JobStatus, event: cond.Event | bool) -> None:
+            """After every condition of the cycle is written: the Event and the stand-in pods, views of the
+            status that so never hold up another TrainJob's status."""
+            if isinstance(event, cond.Event):
+                self.api.event(item.namespace, item.name, item.uid, event.reason, event.message,
+                               warning=event.warning)
+            if self.on_status is not None:
+                self.on_status(item, status)
+
+        # many jobs end together (a burst of completions): their status writes go out side by side, first
+        written = list(self.writers.map(write, work)) if len(work) > 1 else [write(entry) for entry in work]
+        told = [(item, status, event) for (item, status, _), event in zip(work, written, strict=True)
+                if event is not False]
+        if len(told) > 1:
+            list(self.writers.map(lambda entry: tell(*entry), told))
         else:
-            for entry in work:
-                write(entry)
+            for entry in told:
+                tell(*entry)
         return bool(work)
 
     def _outage(self, active: list[Tracked], message: str) -> None:
