@@ -706,7 +706,7 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
             "metadata": {"name": "torch-on-slurm", "annotations": {"hpcbridge.io/cluster": "slurm"},
                          "labels": {"trainer.kubeflow.org/framework": "torch"}},
-            "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": 1}}, "template": {"spec": {
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
                 "replicatedJobs": [{"name": "node", "template": {
                     "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                     "spec": {"template": {"spec": {"containers": [
@@ -718,9 +718,15 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
     script.write_text(SDK_SCRIPT)
     ran = subprocess.run([str(sdk_python), str(script), ns, str(operator.cluster.kube.kubeconfig)],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    conditions = [(item["metadata"]["name"], (item.get("status") or {}).get("conditions")) for item in
-                  operator.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs")["items"]]
-    assert ran.returncode == 0, (conditions, ran.stderr[-3000:], operator.logs())
+    if ran.returncode != 0:  # what went wrong: each TrainJob's conditions and its Slurm job's output
+        for item in operator.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs")["items"]:
+            job_id = item["metadata"].get("annotations", {}).get("operator.hpcbridge.io/job-id", "")
+            shown = subprocess.run(["scontrol", "show", "job", job_id, "-o"], capture_output=True, text=True,
+                                   env=operator.env).stdout if job_id else ""
+            out = next((Path(f[7:]) for f in shown.split() if f.startswith("StdOut=")), None)
+            print(item["metadata"]["name"], (item.get("status") or {}).get("conditions"),
+                  out.read_text()[-4000:] if out is not None and out.is_file() else shown)
+    assert ran.returncode == 0, ran.stderr[-3000:]
     result = json.loads(ran.stdout.strip().splitlines()[-1])
     assert result["status"] == "Complete"
     done = operator.get(ns, result["name"])
@@ -728,9 +734,15 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
     assert operator.slurm_state(done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]) == "COMPLETED"
     # the SDK reads each node's logs from its pod: the stand-in pods on the Slurm cluster's virtual node, whose
     # kubelet API (the operator's) serves that node's lines of the Slurm job's output
-    for node in (0, 1):
-        said = [line for line in result["logs"][f"node-{node}"] if line.startswith("rank ")]  # split by the SDK
-        assert len(said) == 1 and said[0].startswith(f"rank {node} of 2 on node {node} of host "), result["logs"]
+    import re
+
+    ranks = []
+    for node in (0, 1):  # a line an item, as the SDK splits them; a worker's rank tag where a node runs several
+        said = [match.groups() for line in result["logs"][f"node-{node}"] if (match := re.fullmatch(
+            r"(?:\[rank-\d+\] )?rank (\d+) of (\d+) on node (\d+) of host \S+", line))]
+        assert said and all(int(on) == node for _, _, on in said), result["logs"]
+        ranks += [(int(rank), int(world)) for rank, world, _ in said]
+    assert sorted(ranks) == [(rank, len(ranks)) for rank in range(len(ranks))], result["logs"]
     assert "waiting on node 1" in result["followed"], result["followed"]
     # delete_job: the TrainJob goes, and its Slurm job is cancelled
     deadline = time.monotonic() + 120
@@ -795,6 +807,7 @@ def test_migrate_to_moves_a_running_trainjob_from_slurm_to_pods_where_it_resumes
     migrated = condition(done, "Migrated")
     assert migrated["status"] == "True" and migrated["message"] == (
         f"moved from slurm job {first} (Succeeded after SIGUSR1) to pods job {ns}/mover: slurm drains")
+    assert ("Normal", "Migrated", migrated["message"]) in operator.events(ns, "mover")  # kubectl describe's
     steps = [line.split() for line in log.read_text().splitlines()]
     assert [int(number) for number, _ in steps] == list(range(1, 41))  # every step, once
     assert steps[0][1] == "slurm" and steps[-1][1] == "pods"
