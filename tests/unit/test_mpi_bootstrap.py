@@ -490,9 +490,11 @@ def test_an_xgboost_node_starts_each_worker_and_the_first_failure_ends_them(tmp_
 
     out = tmp_path / "out"
     out.mkdir()
-    # worker 1 fails at once; worker 0 would sleep a minute unless it is stopped
+    # worker 1 fails once worker 0 has written its line (a loaded machine may start it late); worker 0 would
+    # sleep a minute unless it is stopped
     script = ('echo "$DMLC_TASK_ID $DMLC_NUM_WORKER ${CUDA_VISIBLE_DEVICES-none}" > "$OUT/$DMLC_TASK_ID"; '
-              '[ "$DMLC_TASK_ID" = 3 ] && exit 5; sleep 60; touch "$OUT/waited"')
+              'if [ "$DMLC_TASK_ID" = 3 ]; then until [ -s "$OUT/2" ]; do sleep 0.05; done; exit 5; fi; '
+              'sleep 60; touch "$OUT/waited"')
     spec = bootstrap.LaunchSpec(launcher="plain", discovery="explicit", procs_per_node=2,
                                 command=("sh", "-c", script), hosts=("a", "b"), node_rank=1, framework="xgboost")
     code = bootstrap.run_xgboost(spec, Topology(("a", "b"), 1, 2),
