@@ -31,7 +31,7 @@ After the operator's cost fixes (conditions before Events and stand-in pods; 64 
 connections):
 
     N      cycle median/max (slurm | kwok)   queries/cycle   RSS     API req/s   status p50/p99   apply->ids (raw sbatch)
-    100     8/10 ms |   -                    1.00 | 1.00     132 MB  1.0         0.23/0.24 s      -
+    100     8/10 ms |   4/6 ms               1.00 | 1.00     132 MB  1.0         0.23/0.24 s      4.2 s (0.4 s)
     1000   34/40 ms |  16/176 ms             0.93 | 1.00     185 MB  1.3         1.61/1.66 s      21 s (3.1 s)
     3000  159/242 ms | 106/192 ms            1.00 | 2.00     257 MB  1.6         1.16/1.31 s      63 s (6.9 s)
     restart with 3,000: all 2,890 unfinished TrainJobs followed again after 23 s (93 squeue lookups); 0 duplicates
