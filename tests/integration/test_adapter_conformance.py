@@ -183,3 +183,18 @@ def test_capacity_counts_the_nodes_that_fit_a_plan(engine: Engine) -> None:
         assert prepared.adapter.capacity(huge).fitting >= huge.nodes
     else:
         assert prepared.adapter.capacity(huge).fitting == 0
+
+
+def test_size_says_what_the_cluster_has_and_nothing_it_cannot(engine: Engine) -> None:
+    """A virtual node's capacity: every backend answers the same question from one query — the whole cluster's
+    nodes, CPUs, memory and GPUs, in all and usable — and leaves None where it cannot say, never a guess."""
+    from bridge.adapters.base import ClusterSize
+
+    size = service.cluster_size(service.get_adapter(engine.cluster))
+    assert isinstance(size, ClusterSize) and size.detail, size
+    assert size.total.nodes is not None and size.total.nodes >= 1, size
+    assert size.total.cpus is not None and size.total.cpus >= size.total.nodes, size
+    for name in ("nodes", "cpus", "memory_mib", "gpus"):
+        total, usable = getattr(size.total, name), getattr(size.usable, name)
+        assert (total is None) == (usable is None), (name, size)
+        assert total is None or 0 <= usable <= total, (name, size)
