@@ -78,7 +78,8 @@ class InClusterOperator:
     def __init__(self, base: Path, nodes: int, replicas: int, lease_seconds: float, jobs_per_cpu: int) -> None:
         self.base, self.replicas, self.lease_seconds = base, replicas, lease_seconds
         self.slurm_hosts = HostCluster(count=3, base_dir=base / "slurm-hosts")
-        self.slurm = BenchSlurm(base / "slurm", self.slurm_hosts, jobs_per_cpu)
+        self.jobs_per_cpu = jobs_per_cpu
+        self.slurm: BenchSlurm | None = None  # made once the hosts are up: it counts them
         self.kube = RealNodeCluster(base / "kube", nodes=nodes, gpus=0)
         self.workdir = base / "jobs"
         self.workdir.mkdir(parents=True)
@@ -89,6 +90,7 @@ class InClusterOperator:
         from kubernetes import client
 
         self.slurm_hosts.start()
+        self.slurm = BenchSlurm(self.base / "slurm", self.slurm_hosts, self.jobs_per_cpu)
         self.slurm.start()
         self.kube.start()
         image = ensure_operator_image()
@@ -101,11 +103,15 @@ class InClusterOperator:
         self._install()
 
     def stop(self) -> None:
-        for step in (self.kube.stop, self.slurm.stop, self.slurm_hosts.stop):
+        for step in (self.kube.stop, self.slurm.stop if self.slurm else lambda: None, self.slurm_hosts.stop):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - every step runs; what failed is said
                 print(f"teardown: {step.__qualname__}: {exc}", file=sys.stderr)
+
+    def slurm_conf(self) -> Path:
+        assert self.slurm is not None, "start() first"
+        return self.slurm.conf
 
     # ---- install
 
@@ -127,7 +133,7 @@ class InClusterOperator:
             "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": CLUSTER}, "spec": {
                 "type": "slurm", "tenants": TEST_TENANTS,
                 "slurm": {"transport": "ssh", "host": hosts.host("node-0").ip, "user": "root",
-                          "slurmConf": str(self.slurm.conf), "keySecretRef": {**ref, "key": "id_ed25519"},
+                          "slurmConf": str(self.slurm_conf()), "keySecretRef": {**ref, "key": "id_ed25519"},
                           "knownHostsSecretRef": {**ref, "key": "known_hosts"}},
                 # the steps run on the Slurm hosts, which share this machine's files: this checkout's package
                 "defaults": {"launchCommand": ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "bridge", "launch"],
