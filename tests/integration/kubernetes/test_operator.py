@@ -651,15 +651,16 @@ def train_until_cancelled():
     time.sleep(3600)
 
 
-namespace, kubeconfig = sys.argv[1:3]
+namespace, kubeconfig, path = sys.argv[1:4]
 sdk = TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace, config_file=kubeconfig))
 runtime = sdk.get_runtime("torch-on-slurm")
-name = sdk.train(runtime=runtime, trainer=CustomTrainer(func=train_fn, num_nodes=2))
+env = {"PATH": path}  # where the Slurm nodes' torchrun is, as a user names their cluster's environment
+name = sdk.train(runtime=runtime, trainer=CustomTrainer(func=train_fn, num_nodes=2, env=env))
 job = sdk.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
 logs = {step: list(sdk.get_job_logs(name, step=step)) for step in ("node-0", "node-1")}
 
 # a job that runs until it is deleted: its node 1's lines followed as they come, then delete_job
-running = sdk.train(runtime=runtime, trainer=CustomTrainer(func=train_until_cancelled, num_nodes=2))
+running = sdk.train(runtime=runtime, trainer=CustomTrainer(func=train_until_cancelled, num_nodes=2, env=env))
 deadline = time.monotonic() + 240
 while sorted(step.status for step in sdk.get_job(running).steps if step.name.startswith("node")) != ["Running"] * 2:
     assert time.monotonic() < deadline, sdk.get_job(running)
@@ -716,7 +717,8 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
     ns = operator.namespace()
     script = tmp_path / "sdk_train.py"  # the SDK packs a function from its source file
     script.write_text(SDK_SCRIPT)
-    ran = subprocess.run([str(sdk_python), str(script), ns, str(operator.cluster.kube.kubeconfig)],
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"  # the project's venv: torch and its torchrun
+    ran = subprocess.run([str(sdk_python), str(script), ns, str(operator.cluster.kube.kubeconfig), path],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     if ran.returncode != 0:  # what went wrong: each TrainJob's conditions and its Slurm job's output
         for item in operator.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs")["items"]:
