@@ -83,9 +83,20 @@ def test_pods_reach_each_other_and_the_api_server_through_services(real_kube) ->
         # the API server as in-cluster configuration finds it: the `kubernetes` Service's environment variables,
         # the pod's ServiceAccount token and the cluster's CA
         probe = "\n".join([
-            "import json, os, ssl, urllib.request as u",
+            "import json, os, ssl, time, urllib.error, urllib.request as u",
             "sa, ns = '/var/run/secrets/kubernetes.io/serviceaccount', os.environ['NS']",
-            "print(u.urlopen(f'http://hello.{ns}.svc.cluster.local/hello', timeout=20).read().decode())",
+            # kube-proxy writes a Service's rules a moment after its EndpointSlice changes (until then the
+            # Service refuses): the client retries for 30 s, as a client of a new Service must
+            "deadline = time.monotonic() + 30",
+            "while True:",
+            "    try:",
+            "        print(u.urlopen(f'http://hello.{ns}.svc.cluster.local/hello', timeout=20).read().decode())",
+            "        break",
+            "    except (urllib.error.URLError, ConnectionError) as exc:",
+            "        if time.monotonic() > deadline:",
+            "            raise",
+            "        print('retrying:', exc, flush=True)",
+            "        time.sleep(0.5)",
             "url = f\"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}\"",
             "token = open(sa + '/token').read()",
             "req = u.Request(f'{url}/api/v1/namespaces/{ns}/services/hello', headers={'Authorization': 'Bearer ' + token})",
@@ -95,6 +106,12 @@ def test_pods_reach_each_other_and_the_api_server_through_services(real_kube) ->
         _wait("the server pod ready", lambda: any(
             c.type == "Ready" and c.status == "True"
             for c in core.read_namespaced_pod("server", namespace).status.conditions or []), 120)
+        discovery = client.DiscoveryV1Api(api)
+        _wait("the Service's ready endpoint", lambda: any(
+            (endpoint.conditions is None or endpoint.conditions.ready is not False)
+            for piece in discovery.list_namespaced_endpoint_slice(
+                namespace, label_selector="kubernetes.io/service-name=hello").items
+            for endpoint in piece.endpoints or []), 60)
         rbac = client.RbacAuthorizationV1Api(api)
         rbac.create_namespaced_role(namespace, {"metadata": {"name": "read-services"}, "rules": [
             {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]}]})
@@ -148,7 +165,10 @@ def in_cluster_operator(real_kube, netns_hosts, netns_slurm, tmp_path_factory):
     # needs them creates them again)
     (tools.home / "rendered.yaml").write_text(rendered)
     tools.kubectl("delete", "-f", str(tools.home / "rendered.yaml"), "--ignore-not-found", "--wait")
-    tools.helm("install", RELEASE, str(CHART), "--namespace", SYSTEM, "--create-namespace", *_helm_values())
+    # earlier modules created the CRDs too (the Python client, as their own field manager): Helm 4 applies crds/
+    # server-side and stops at their fields unless it takes them over, as docs/operator-install.md says to
+    tools.helm("install", RELEASE, str(CHART), "--namespace", SYSTEM, "--create-namespace", "--force-conflicts",
+               *_helm_values())
     api = real_kube.api_client()
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
