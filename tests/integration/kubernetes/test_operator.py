@@ -717,7 +717,8 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
     ns = operator.namespace()
     script = tmp_path / "sdk_train.py"  # the SDK packs a function from its source file
     script.write_text(SDK_SCRIPT)
-    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"  # the project's venv: torch and its torchrun
+    # the project's venv (torch and its torchrun) before a tenant job's own PATH, where the cluster's Slurm commands are
+    path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
     ran = subprocess.run([str(sdk_python), str(script), ns, str(operator.cluster.kube.kubeconfig), path],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     if ran.returncode != 0:  # what went wrong: each TrainJob's conditions and its Slurm job's output
