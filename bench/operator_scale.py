@@ -21,8 +21,10 @@ and, at the largest N, a restart: the operator stopped and started again with al
 every unfinished TrainJob is followed again (re-attached), and duplicates (backend jobs per TrainJob uid > 1,
 must be 0).
 
-Run: .venv/bin/python bench/operator_scale.py [--sizes 100,1000,3000] [--window 20]. Needs root (Slurm's
-netns hosts); hold /tmp/h/itest.lock-style serialisation against other harness users.
+Run: .venv/bin/python bench/operator_scale.py [--sizes 100,1000,3000] [--window 20] [--memory-profile]. Needs
+root (Slurm's netns hosts); one harness user at a time (the netns hosts' names are fixed). --memory-profile
+traces the operator's Python heap (tracemalloc, which slows it: not for the timings) and prints, at each size,
+what holds it by file and by line.
 
 Results (2 AMD EPYC cores shared with six other workers' builds and tests, 23 GiB; 90% Slurm, 10% kwok; window
 20 s; 50 jobs cancelled for the latency; each row one run of --sizes 100,1000,3000).
@@ -167,6 +169,29 @@ def dump():
         os.replace(target + ".tmp", target)
 threading.Thread(target=dump, daemon=True).start()
 
+def memory_profile():
+    """With $BENCH_TRACEMALLOC: what holds the Python heap, by file and by line, whenever the bench asks
+    (it creates $BENCH_COUNTS.snap; the answer is $BENCH_COUNTS.memory)."""
+    import tracemalloc
+    tracemalloc.start(1)
+    target = os.environ["BENCH_COUNTS"]
+    while True:
+        time.sleep(0.5)
+        if not os.path.exists(target + ".snap"):
+            continue
+        snapshot = tracemalloc.take_snapshot()
+        by_file = snapshot.statistics("filename")
+        lines = [f"traced Python heap {sum(s.size for s in by_file) / 1e6:.1f} MB in {len(by_file)} files"]
+        lines += [f"  {s.size / 1e6:7.1f} MB {s.count:8d} blocks  {s.traceback[0].filename}" for s in by_file[:12]]
+        lines += [f"  {s.size / 1e6:7.1f} MB {s.count:8d} blocks  {s.traceback[0].filename}:{s.traceback[0].lineno}"
+                  for s in snapshot.statistics("lineno")[:20]]
+        with open(target + ".memory.tmp", "w") as out:
+            out.write("\n".join(lines) + "\n")
+        os.replace(target + ".memory.tmp", target + ".memory")
+        os.unlink(target + ".snap")
+if os.environ.get("BENCH_TRACEMALLOC"):
+    threading.Thread(target=memory_profile, daemon=True).start()
+
 from bridge.cli import main
 sys.argv = ["hpcbridge", "operator", "--namespace", "bench"]
 sys.exit(main())
@@ -177,7 +202,7 @@ class Scale:
     """The control plane (kwok nodes, JobSet), Slurm with its partition DOWN, BridgeClusters `slurm` and
     `kwok`, runtime `plain`, namespace `bench`; ``operator()`` starts the counting operator."""
 
-    def __init__(self, base: Path, max_jobs: int) -> None:
+    def __init__(self, base: Path, max_jobs: int, memory_profile: bool = False) -> None:
         from kubernetes import client
 
         self.base = base
@@ -194,7 +219,7 @@ class Scale:
         self.slurm.start()
         self.env = {**os.environ, "SLURM_CONF": str(self.slurm.conf), "KUBECONFIG": str(self.kube.kubeconfig),
                     "XDG_STATE_HOME": str(base / "state"), "HPCBRIDGE_CONFIG": str(base / "none.yaml"),
-                    "BENCH_COUNTS": str(base / "counts.json")}
+                    "BENCH_COUNTS": str(base / "counts.json"), **({"BENCH_TRACEMALLOC": "1"} if memory_profile else {})}
         subprocess.run(["scontrol", "update", "PartitionName=debug", "State=DOWN"], env=self.env, check=True)
         api = self.kube.api_client()
         ext, self.custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
@@ -247,6 +272,18 @@ class Scale:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def memory(self) -> str:
+        """The operator's heap by file and line (with --memory-profile), taken now."""
+        request, answer = self.base / "counts.json.snap", self.base / "counts.json.memory"
+        answer.unlink(missing_ok=True)
+        request.touch()
+        deadline = time.monotonic() + 120
+        while not answer.exists():
+            if time.monotonic() > deadline:
+                return "  (no heap profile: the operator did not answer in 120 s)"
+            time.sleep(0.5)
+        return answer.read_text()
 
     def apply(self, index: int, cluster: str) -> None:
         spec: dict[str, Any] = {"managedBy": "hpcbridge.io/bridge", "runtimeRef": {"name": "plain"},
@@ -411,9 +448,11 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=20.0)
     parser.add_argument("--kube-share", type=float, default=0.1)
     parser.add_argument("--sample", type=int, default=50)
+    parser.add_argument("--memory-profile", action="store_true",
+                        help="trace the operator's Python heap (tracemalloc) and print what holds it at each size")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    scale = Scale(Path(tempfile.mkdtemp(prefix="hpcbridge-bench-scale-")), max(sizes))
+    scale = Scale(Path(tempfile.mkdtemp(prefix="hpcbridge-bench-scale-")), max(sizes), args.memory_profile)
     try:
         scale.operator()
         scale.counts()
@@ -437,6 +476,8 @@ def main() -> None:
             fresh = [f"slurm-{i}" for i in range(size - kube - 1, -1, -1)][:min(args.sample, max(1, size // 10))]
             latencies = _status_latency(scale, job_ids, fresh)
             _report(size, kube, submit_s, raw, win, latencies)
+            if args.memory_profile:
+                print(scale.memory(), flush=True)
 
         # a restart with every object there: until all unfinished TrainJobs are followed again
         expected = sum(1 for item in scale.trainjobs() if not any(

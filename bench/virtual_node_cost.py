@@ -11,6 +11,24 @@ figures say what the opt-out saves on a very large cluster.
 
 Run: .venv/bin/python bench/virtual_node_cost.py [--jobs 50]. Starts the control plane (tests/harness/kube.py)
 and Slurm (tests/harness/slurm.py).
+
+Results (2 AMD EPYC cores, 23 GiB, otherwise idle; one-node TrainJobs running `true` on the test Slurm cluster
+over the local transport; each block one run):
+
+    --jobs 50
+    opted out (no node, no pods)  : 50 TrainJobs in 11.3 s; operator CPU 1.13 s (23 ms per TrainJob), 387 API requests (7.7 per TrainJob)
+    virtual node + stand-in pods  : 50 TrainJobs in 12.1 s; operator CPU 1.45 s (29 ms per TrainJob), 746 API requests (14.9 per TrainJob)
+    with pods / without: CPU 1.28x, API requests 1.93x
+
+    --jobs 200
+    opted out (no node, no pods)  : 200 TrainJobs in 49.4 s; operator CPU 4.54 s (23 ms per TrainJob), 1579 API requests (7.9 per TrainJob)
+    virtual node + stand-in pods  : 200 TrainJobs in 47.9 s; operator CPU 5.74 s (29 ms per TrainJob), 2864 API requests (14.3 per TrainJob)
+    with pods / without: CPU 1.26x, API requests 1.81x
+
+What the pods add is per TrainJob and does not grow with their number: ~6.5 API requests (the pod's create and
+its status writes as the job goes Pending -> Running -> Succeeded, the node's share of heartbeats) and ~6 ms of
+CPU. Wall time is the Slurm jobs' own (both phases end when Slurm has run them). On a cluster of 10,000 queued
+jobs the opt-out saves ~65,000 API requests over their lives and 10,000 pod objects in etcd.
 """
 
 from __future__ import annotations
