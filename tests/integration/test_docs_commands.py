@@ -8,12 +8,16 @@ tests/unit/test_docs.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,10 +172,39 @@ def test_kubernetes_block_runs_as_written(block: Block, reader_env: dict[str, st
         answer = re.search(r"kubectl auth can-i .*#\s*(yes|no)\s*$", text)
         if answer:
             text, shown = text.split("#")[0] + f"# exits {0 if answer[1] == 'yes' else 1}", [answer[1]]
-        cwd = _run(doc_blocks.Command(assigned + text, shown), cwd, env, block.where)
+        with _slow_command_snapshot(kubectl, env, block.where, text):
+            cwd = _run(doc_blocks.Command(assigned + text, shown), cwd, env, block.where)
 
 
 _RAN_SCRIPTS: set[str] = set()
+
+
+@contextlib.contextmanager
+def _slow_command_snapshot(kubectl: Path, env: dict[str, str], where: str, text: str,
+                           after: float = 60.0) -> Iterator[None]:
+    """A command still running after *after* seconds (an uninstall waiting on a namespace or CRD to finalise) has
+    what it waits on recorded then, and said as a warning once it ends: what holds it is gone by then."""
+    seen: list[str] = []
+
+    def snapshot() -> None:
+        for what in (["get", "namespaces", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status}{\"\\n\"}{end}"],
+                     ["get", "crd", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp} "
+                      "{.status.conditions}{\"\\n\"}{end}"],
+                     ["get", "pods,trainjobs", "-A", "-o", "wide"]):
+            done = subprocess.run([str(kubectl), *what], env=env, capture_output=True, text=True, timeout=30)
+            seen.append(done.stdout + done.stderr)
+
+    timer = threading.Timer(after, snapshot)
+    started = time.monotonic()
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
+        if seen:
+            warnings.warn(f"{where}: `{text}` took {time.monotonic() - started:.0f} s; after {after:.0f} s:\n"
+                          + "\n".join(seen), stacklevel=1)
 
 
 def test_the_blocks_are_counted() -> None:
