@@ -88,6 +88,9 @@ def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # every job of the backend's user, so the restart's cost is lookups times jobs)
     settings.execution.max_workers = 64
     settings.watching.server_timeout = 300
+    # the initial listing (and each re-list after a watch expires) read in pages: with thousands of TrainJobs one
+    # unpaged list holds every body at once, and the heap it grew stays the process's
+    settings.watching.chunk_size = 500
     settings.batching.batch_window = 0.01  # kopf waits this long for more events of an object (default 0.1 s)
 
 
