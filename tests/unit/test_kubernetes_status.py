@@ -57,3 +57,75 @@ def test_a_cancelled_jobsets_pods_that_may_still_run_count_as_live() -> None:
     assert live_pods(pods, "a") == 3
     assert live_pods(pods, "b") == 1
     assert live_pods([_pod("a", "Failed")], "a") == 0 and live_pods([], "a") == 0
+
+
+class _Reads:
+    """The API calls a poll makes, answered from *jobsets* and *pods* (a pod: its JobSet, its PodScheduled
+    reason), and counted."""
+
+    def __init__(self) -> None:
+        self.jobsets: list[str] = []
+        self.pods: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural, **_):
+        self.calls.append(plural)
+        return {"items": [{"metadata": {"name": name, "labels": {"hpcbridge.io/uid": name}}, "spec": {},
+                           "status": {"replicatedJobsStatus": [{"name": "node", "active": 1}]}}
+                          for name in self.jobsets]}
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        self.calls.append("pods")
+        return NS(items=[NS(metadata=NS(labels={"jobset.sigs.k8s.io/jobset-name": jobset}),
+                            status=NS(conditions=[NS(type="PodScheduled", status="False", reason=reason,
+                                                     message=f"{jobset}: {reason}")]))
+                         for jobset, reason in self.pods.items()])
+
+    def list_namespaced_event(self, namespace, field_selector):
+        self.calls.append("events")
+        return NS(items=[])
+
+
+def test_a_long_lived_adapter_reads_why_jobsets_pend_only_when_others_pend_or_the_last_read_is_old(
+        monkeypatch) -> None:
+    """The operator's adapter polls every cycle: one JobSet list each, and the pods of pending JobSets only when
+    a new one pends or PENDING_REASONS_TTL has passed; the reason read stands in between."""
+    from bridge.adapters import kubernetes as module
+    from bridge.adapters.base import JobRef, JobState
+    from tests import builders
+
+    reads, now = _Reads(), [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    adapter = module.KubernetesAdapter(builders.cluster("kubernetes", "k8s"))
+    monkeypatch.setattr(adapter, "_custom", lambda: reads)
+    monkeypatch.setattr(adapter, "_core", lambda: reads)
+    ref_a, ref_b = (JobRef("k8s", "kubernetes", f"team/{name}", name, name) for name in ("a", "b"))
+    reads.jobsets, reads.pods = ["a"], {"a": "Unschedulable"}
+
+    def poll(*refs):
+        reads.calls.clear()
+        return adapter.poll(list(refs)), list(reads.calls)
+
+    statuses, calls = poll(ref_a)
+    assert calls == ["jobsets", "pods"]
+    assert (statuses[ref_a].state, statuses[ref_a].reason) == (JobState.PENDING, "Unschedulable")
+    reads.pods = {"a": "SchedulerError"}  # changed, but not read again yet: the reason read stands
+    now[0] += 5
+    statuses, calls = poll(ref_a)
+    assert calls == ["jobsets"] and statuses[ref_a].reason == "Unschedulable"
+    assert statuses[ref_a].message == "a: Unschedulable"
+    reads.jobsets, reads.pods["b"] = ["a", "b"], "Unschedulable"  # another JobSet pends: read at once
+    statuses, calls = poll(ref_a, ref_b)
+    assert calls == ["jobsets", "pods"]
+    assert (statuses[ref_a].reason, statuses[ref_b].reason) == ("SchedulerError", "Unschedulable")
+    now[0] += module.KubernetesAdapter.PENDING_REASONS_TTL  # the last read is old: read again
+    reads.pods = {"b": "Unschedulable"}  # a's pods gone: no reason for it any more
+    statuses, calls = poll(ref_a, ref_b)
+    assert calls == ["jobsets", "pods", "events"]
+    assert (statuses[ref_a].reason, statuses[ref_b].reason) == (None, "Unschedulable")
+    now[0] += 1
+    statuses, calls = poll(ref_a, ref_b)  # a had no reason at the last read: it still has none, unread
+    assert calls == ["jobsets"] and statuses[ref_a].reason is None
+    reads.jobsets = []  # nothing pends: nothing kept
+    poll(ref_a, ref_b)
+    assert not adapter._pending_read

@@ -10,6 +10,7 @@ import base64
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -87,9 +88,15 @@ class KubernetesAdapter(Adapter):
         OptionSpec("exclusive", "pod anti-affinity: no other hpc-bridge pod on the same node"),
     )
 
+    #: how long why pending JobSets wait (read from their pods and the namespace's warnings) stands for them
+    #: while the same JobSets pend: a long-lived adapter (the operator's) then asks one JobSet list per cycle
+    PENDING_REASONS_TTL = 10.0
+
     def __init__(self, cluster: BridgeCluster, api_client: ApiClient | None = None) -> None:
         super().__init__(cluster)
         self._api_client = api_client
+        #: namespace -> (when read, JobSet name -> (reason, message) found then, or None where none was)
+        self._pending_read: dict[str, tuple[float, dict[str, tuple[str | None, str | None] | None]]] = {}
 
     def render(self, plan: LaunchPlan) -> Artifact:
         """Exactly what submit creates, in the namespace it creates it in, once the pods pass the cluster's
@@ -251,7 +258,8 @@ class KubernetesAdapter(Adapter):
     # --- follow --------------------------------------------------------------------------------------
 
     def poll(self, refs: Sequence[JobRef]) -> dict[JobRef, JobStatus]:
-        """One JobSet list (and, for pending ones, one pod list) per namespace."""
+        """One JobSet list per namespace; why pending ones wait, a pod list, only when other JobSets pend than
+        at the last read or PENDING_REASONS_TTL after it."""
         by_namespace: dict[str, list[JobRef]] = {}
         for ref in refs:
             by_namespace.setdefault(ref.job_id.split("/", 1)[0], []).append(ref)
@@ -278,7 +286,9 @@ class KubernetesAdapter(Adapter):
                 self._queue_reasons(namespace, queued, statuses, jobsets)
             pending = [ref for ref in pending if ref not in queued]
             if pending:
-                self._scheduling_reasons(namespace, pending, statuses, jobsets)
+                self._pending_reasons(namespace, pending, statuses, jobsets)
+            else:
+                self._pending_read.pop(namespace, None)
             if failed:
                 self._exit_codes(namespace, failed, statuses, jobsets)
             if cancelled:
@@ -359,6 +369,24 @@ class KubernetesAdapter(Adapter):
                     cluster_queues[local] = None
             where = f"ClusterQueue {cluster_queues[local]}" if cluster_queues[local] else f"LocalQueue {local}"
             statuses[ref] = JobStatus(ref, JobState.PENDING, reason="Queued", message=quota_message(workload, where))
+
+    def _pending_reasons(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus],
+                         jobsets: dict[str, dict[str, Any]]) -> None:
+        """Why pending JobSets wait: read again when a JobSet pends that did not at the last read, or
+        PENDING_REASONS_TTL after it; in between each keeps the reason read then (a JobSet scheduled meanwhile is
+        no longer pending and takes none)."""
+        read_at, found = self._pending_read.get(namespace, (0.0, {}))
+        now = time.monotonic()
+        if now - read_at < self.PENDING_REASONS_TTL and all(ref.job_id in found for ref in refs):
+            for ref in refs:
+                if (kept := found[ref.job_id]) is not None:
+                    statuses[ref] = replace(statuses[ref], reason=kept[0], message=kept[1])
+            return
+        before = {ref: statuses[ref] for ref in refs}
+        self._scheduling_reasons(namespace, refs, statuses, jobsets)
+        self._pending_read[namespace] = (now, {
+            ref.job_id: None if statuses[ref] is before[ref] else (statuses[ref].reason, statuses[ref].message)
+            for ref in refs})
 
     def _scheduling_reasons(self, namespace: str, refs: list[JobRef], statuses: dict[JobRef, JobStatus],
                             jobsets: dict[str, dict[str, Any]]) -> None:
