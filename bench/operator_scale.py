@@ -71,6 +71,11 @@ whole, bursts of writes and Events) left behind in the allocators. glibc with MA
 spread. Status p99 at 3,000 was 2.03-2.10 s in these runs (a Slurm cycle of 7 s among them), against 1.31 s
 above. So the RSS target at 10,000 needs fewer and smaller transient peaks (streamed listings, the squeue
 output parsed row by row), not smaller per-TrainJob records.
+
+After the Kubernetes adapter reads why pending JobSets wait only when another pends or 10 s after its last read
+(--sizes 3000 --window 20, same machine): kwok 1.08 backend queries per cycle (2.00 before: a pod list each cycle
+once kwok's pods pended), its lists 0.7/s of the API server's requests (1.4/s before); cycle median 69 ms
+(kwok), 323 ms (slurm, max 9.4 s once); RSS 276 MB; status p50/p99 1.84/1.89 s; restart 24.8 s, 0 duplicates.
 """
 
 from __future__ import annotations
