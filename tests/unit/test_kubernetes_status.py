@@ -126,6 +126,9 @@ def test_a_long_lived_adapter_reads_why_jobsets_pend_only_when_others_pend_or_th
     now[0] += 1
     statuses, calls = poll(ref_a, ref_b)  # a had no reason at the last read: it still has none, unread
     assert calls == ["jobsets"] and statuses[ref_a].reason is None
-    reads.jobsets = []  # nothing pends: nothing kept
+    reads.jobsets = []  # nothing pends: nothing kept, so b pending again is read at once
     poll(ref_a, ref_b)
-    assert not adapter._pending_read
+    reads.jobsets = ["b"]
+    now[0] += 1
+    statuses, calls = poll(ref_b)
+    assert calls == ["jobsets", "pods"] and statuses[ref_b].reason == "Unschedulable"
