@@ -7,10 +7,13 @@ with this checkout's ``hpcbridge`` first on PATH and no clusters configured but 
 
 An HTML comment right before a block says what it needs beyond that: ``<!-- needs: slurm -->`` (a Slurm
 cluster configured as ``hpc``; also ``flux``, ``kubernetes``, ``clusters`` for the clusters of
-examples/clusters.yaml, ``root``, or a Python module a job imports such as ``torch``). A ``slurm`` block runs
+examples/clusters.yaml, ``root``, ``pypi`` for an install from PyPI into the reader's home, or a Python module a
+job imports such as ``torch``); beside ``kubernetes``,
+``helm`` (the block installs with Helm, not kubectl) and ``trainer`` (Kubeflow Trainer's CRDs are there). A ``slurm`` block runs
 against the suite's Slurm cluster (tests/integration/test_docs_commands.py), ``1234`` in it standing for the id
 the block's last ``submit`` printed; a ``kubernetes`` block runs with kubectl against a control plane of that
-test's own, in document order, unless it needs more than that (its list says what); every block needing a
+test's own, in document order, one install path (kubectl or Helm, with or without Trainer) on a control plane
+of its own, unless it needs more than that (its list says what); every block needing a
 daemon is also checked without it: bash parses it
 and every ``hpcbridge`` command in it goes through the CLI's parser. A block needing only Python modules runs
 when they import.
@@ -29,7 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHELL_LANGUAGES = ("console", "sh", "bash", "shell")
-DAEMONS = ("slurm", "flux", "kubernetes", "clusters", "root")
+DAEMONS = ("slurm", "flux", "kubernetes", "clusters", "root", "pypi")
+#: what a ``kubernetes`` block may need that its test sets up on the control plane: the install path it is on
+KUBERNETES_PATHS = ("helm", "trainer")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _NEEDS = re.compile(r"^<!--\s*needs:\s*([\w, -]+?)\s*-->\s*$")
 _EXITS = re.compile(r"#\s*exits\s+(\d+)\s*$")
@@ -66,11 +71,17 @@ class Block:
 
     @property
     def modules(self) -> tuple[str, ...]:
-        return tuple(need for need in self.needs if need not in DAEMONS)
+        return tuple(need for need in self.needs if need not in DAEMONS + KUBERNETES_PATHS)
+
+    @property
+    def install_path(self) -> tuple[str, ...]:
+        """The install a ``kubernetes`` block belongs to: () for kubectl's, else some of KUBERNETES_PATHS."""
+        return tuple(need for need in KUBERNETES_PATHS if need in self.needs)
 
     def runs_on(self, daemon: str) -> bool:
         """Needs *daemon* alone (and modules that import): runs where the suite starts that daemon."""
-        return self.daemons == (daemon,) and all(importlib.util.find_spec(m) is not None for m in self.modules)
+        return (self.daemons == (daemon,) and (daemon == "kubernetes" or not self.install_path)
+                and all(importlib.util.find_spec(m) is not None for m in self.modules))
 
     def runnable(self) -> bool:
         return not self.daemons and all(importlib.util.find_spec(m) is not None for m in self.modules)

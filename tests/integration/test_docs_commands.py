@@ -1,8 +1,9 @@
 """Every shell block of README.md and docs/ that needs no cluster daemon runs as written, on the local cluster,
 from the repository root, and prints what the text shows; a block that needs Slurm runs as written against the
-suite's Slurm cluster, configured as ``hpc``; a block that needs Kubernetes runs as written with kubectl against a
-control plane (the operator's install, its Secrets, what its ServiceAccount may do, the uninstall), unless it
-needs more (BEYOND_THE_CONTROL_PLANE). tests/doc_blocks.py says how blocks are read; the blocks that need what
+suite's Slurm cluster, configured as ``hpc``; a block that needs Kubernetes runs as written with kubectl and helm
+against a control plane of its install path's (kubectl or Helm, beside Kubeflow Trainer's CRDs or not: the
+operator's install, its Secrets, what its ServiceAccount may do, an upgrade, the uninstall), unless it needs more
+(BEYOND_THE_CONTROL_PLANE). tests/doc_blocks.py says how blocks are read; the blocks that need what
 the suite does not start (Flux, root, several clusters, a file of the reader's own) are parsed and checked by
 tests/unit/test_docs.py."""
 
@@ -20,11 +21,15 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests import doc_blocks
 from tests.doc_blocks import ROOT, Block
+
+if TYPE_CHECKING:
+    from tests.harness.kube import KubeCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.local]
 
@@ -102,63 +107,151 @@ def _lines(block: Block) -> list[doc_blocks.Command]:
     return [doc_blocks.Command(line) for line in block.script().replace("\\\n", " ").splitlines() if line.strip()]
 
 
-#: what a Kubernetes block may need beyond a control plane, kubectl and this checkout: such a block is parsed and
-#: CLI-checked only (tests/unit/test_docs.py), for the reason given
+PYPI_BLOCKS = [block for block in doc_blocks.shell_blocks() if block.runs_on("pypi")]
+
+
+@pytest.fixture(scope="module")
+def reader_tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pipx and uv, from PyPI, as a reader who installs tools with them has them."""
+    tools = tmp_path_factory.mktemp("reader-tools") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
+    subprocess.run([str(tools / "bin" / "pip"), "install", "-q", "pipx", "uv"], check=True, timeout=600)
+    return tools / "bin"
+
+
+@pytest.fixture(scope="module")
+def reader_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of what a fresh clone holds for an install (the package's sources, metadata and examples): an
+    install from the checkout itself would leave its build directories there, and take earlier ones in."""
+    into = tmp_path_factory.mktemp("hpc-bridge")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, into / name)
+    for name in ("bridge", "examples"):
+        shutil.copytree(ROOT / name, into / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return into
+
+
+_HOMES: dict[str, Path] = {}
+
+
+@pytest.mark.install
+@pytest.mark.parametrize("block", PYPI_BLOCKS, ids=lambda block: block.where)
+def test_install_block_runs_as_written(block: Block, reader_tools: Path, reader_checkout: Path,
+                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    """As a reader on a login node, from the root of a clone, with python3, pipx and uv on PATH and nothing of
+    hpc-bridge's: each command as written, from PyPI. The home is one per document, in its order (a block using
+    the venv an earlier one made finds it there); a tool install (pipx, uv) has a home of its own, being the
+    alternative it is. ``hpcbridge`` is what the block installed (``~/.local/bin`` on PATH, as a login shell
+    has it): neither this checkout's venv nor PYTHONPATH is in the reader's environment."""
+    tool = any(word in block.script() for word in ("pipx install", "uv tool install"))
+    key = block.where if tool else str(block.path)
+    home = _HOMES.setdefault(key, tmp_path_factory.mktemp("reader-home"))
+    # the machine's own settings stay (how it reaches PyPI: proxies, CA bundles), and its package caches
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("HPCBRIDGE_", "SLURM_")) and key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env.update(HOME=str(home), PATH=f"{home}/.local/bin:{reader_tools}:/usr/local/bin:/usr/bin:/bin",
+               HPCBRIDGE_CONFIG=str(home / "clusters.yaml"),
+               PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
+               UV_CACHE_DIR=os.environ.get("UV_CACHE_DIR", str(Path.home() / ".cache" / "uv")))
+    (home / "clusters.yaml").write_text("")
+    cwd = reader_checkout
+    for command in block.commands():
+        cwd = _run(command, cwd, env, block.where)
+
+
+#: what a Kubernetes block may need beyond a control plane, kubectl, helm and this checkout: such a block is parsed
+#: and CLI-checked only (tests/unit/test_docs.py), for the reason given
 BEYOND_THE_CONTROL_PLANE = {
     "kueue-manifests.yaml": "Kueue's release manifests",
     "job.yaml": "a TrainJob of the reader's own",
-    "helm ": "Helm's install, the alternative to the kubectl install run here",
     "hpcbridge operator &": "an operator of its own beside the test's, and a TrainJob of the reader's",
-    "managed-by.json": "Kubeflow Trainer's own CRDs",
 }
 
 
+def _commands(block: Block) -> str:
+    return "\n".join(line.split("#")[0] for line in block.script().splitlines())  # not what comments say
+
+
 def _beyond(block: Block) -> str | None:
-    commands = "\n".join(line.split("#")[0] for line in block.script().splitlines())  # not what comments say
-    return next((why for word, why in BEYOND_THE_CONTROL_PLANE.items() if word in commands), None)
+    return next((why for word, why in BEYOND_THE_CONTROL_PLANE.items() if word in _commands(block)), None)
 
 
 def _kubernetes_blocks() -> list[Block]:
-    """The blocks run on the control plane, in an order a reader could follow: the uninstall last."""
+    """The blocks run on a control plane, grouped by install path (kubectl, Helm, each with and without Trainer),
+    each path in an order a reader could follow: the uninstall last."""
     blocks = [block for block in doc_blocks.shell_blocks() if block.runs_on("kubernetes") and not _beyond(block)]
-    return sorted(blocks, key=lambda block: "kubectl delete" in block.script())
+    return sorted(blocks, key=lambda block: (len(block.install_path), block.install_path, any(
+        uninstall in _commands(block) for uninstall in ("kubectl delete", "helm uninstall"))))
 
 
 KUBERNETES_BLOCKS = _kubernetes_blocks()
 
 
-@pytest.fixture(scope="module")
-def control_plane() -> Iterator[tuple[Path, Path]]:
-    """A control plane of this module's own (one kwok node): the blocks install the operator and uninstall it,
-    CRDs included, which the session's shared cluster must keep; and the kubectl users install it with."""
-    from tests.harness import install_tools
-    from tests.harness.kube import KubeCluster
+class ControlPlanes:
+    """A control plane (one kwok node) per install path, started when the path's first block runs and stopped
+    when the next path starts: the blocks install the operator and uninstall it, CRDs included, which the
+    session's shared cluster must keep, and the install paths are alternatives, not steps of one install. A
+    ``trainer`` path's control plane has Kubeflow Trainer v2.3's own CRDs, applied as Trainer's install does."""
 
-    base = Path(tempfile.mkdtemp(prefix="hpcbridge-docs-kube-"))
-    cluster = KubeCluster(base / "cluster", nodes=1)
+    def __init__(self) -> None:
+        from tests.harness import install_tools
+
+        self.tools = install_tools.binaries()
+        self.path: tuple[str, ...] | None = None
+        self.cluster: KubeCluster | None = None
+        self.base = Path(tempfile.mkdtemp(prefix="hpcbridge-docs-kube-"))
+
+    def for_path(self, path: tuple[str, ...]) -> Path:
+        """The kubeconfig of *path*'s control plane."""
+        from tests.harness.kube import KubeCluster, component, module_dir
+
+        if self.cluster is None or path != self.path:
+            self.stop()
+            self.path = path
+            self.cluster = KubeCluster(self.base / ("-".join(path) or "kubectl"), nodes=1)
+            self.cluster.start()
+            if "trainer" in path:
+                crds = module_dir(component("trainer")) / "manifests" / "base" / "crds"
+                for crd in sorted(crds.glob("trainer.kubeflow.org_*.yaml")):
+                    subprocess.run([str(self.tools["kubectl"]), "apply", "--server-side",
+                                    "--field-manager=kubeflow-trainer", "-f", str(crd)],
+                                   env={**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}, check=True,
+                                   capture_output=True, timeout=120)
+        return self.cluster.kubeconfig
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+
+@pytest.fixture(scope="module")
+def control_planes() -> Iterator[ControlPlanes]:
+    planes = ControlPlanes()
     try:
-        cluster.start()
-        yield cluster.kubeconfig, install_tools.binaries()["kubectl"]
+        yield planes
     finally:
-        cluster.stop()
-    shutil.rmtree(base, ignore_errors=True)
+        planes.stop()
+        shutil.rmtree(planes.base, ignore_errors=True)
 
 
 @pytest.mark.kubernetes
 @pytest.mark.parametrize("block", KUBERNETES_BLOCKS, ids=lambda block: block.where)
-def test_kubernetes_block_runs_as_written(block: Block, reader_env: dict[str, str], control_plane,
+def test_kubernetes_block_runs_as_written(block: Block, reader_env: dict[str, str], control_planes: ControlPlanes,
                                           tmp_path: Path) -> None:
-    """As a cluster admin with kubectl and the kubeconfig of a control plane (the module's, a kwok node that
-    runs the operator's pods as Ready): each command as written, from the repository root, or from a folder
-    holding the files a block names as ``./file`` (the reader's key and tokens); ``kubectl auth can-i`` prints
-    what its comment says (and exits 1 for no). A block the same as one already run is not run again."""
-    kubeconfig, kubectl = control_plane
+    """As a cluster admin with kubectl, helm and the kubeconfig of a control plane (its install path's, a kwok
+    node that runs the operator's pods as Ready): each command as written, from the repository root, or from a
+    folder holding the files a block names as ``./file`` (the reader's key and tokens); ``kubectl auth can-i``
+    prints what its comment says (and exits 1 for no). A block the same as one already run on its path is not
+    run again."""
+    kubeconfig = control_planes.for_path(block.install_path)
+    kubectl, helm = control_planes.tools["kubectl"], control_planes.tools["helm"]
     script = block.script()
-    if script in _RAN_SCRIPTS:
+    if (block.install_path, script) in _RAN_SCRIPTS:
         return
-    _RAN_SCRIPTS.add(script)
+    _RAN_SCRIPTS.add((block.install_path, script))
     env = {**reader_env, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path),
-           "PATH": f"{kubectl.parent}:{reader_env['PATH']}"}
+           "PATH": f"{kubectl.parent}:{helm.parent}:{reader_env['PATH']}"}
     own = re.findall(r"=\./([\w.-]+)", script)
     cwd = tmp_path if own else ROOT
     for name in own:
@@ -176,7 +269,7 @@ def test_kubernetes_block_runs_as_written(block: Block, reader_env: dict[str, st
             cwd = _run(doc_blocks.Command(assigned + text, shown), cwd, env, block.where)
 
 
-_RAN_SCRIPTS: set[str] = set()
+_RAN_SCRIPTS: set[tuple[tuple[str, ...], str]] = set()
 
 
 @contextlib.contextmanager
@@ -211,11 +304,12 @@ def test_the_blocks_are_counted() -> None:
     """The counts in the report (printed with -s): run here, run on Slurm or Kubernetes, and checked without
     their daemon."""
     blocks = doc_blocks.shell_blocks()
-    ran = len(RUNNABLE) + len(SLURM_BLOCKS) + len(KUBERNETES_BLOCKS)
+    ran = len(RUNNABLE) + len(SLURM_BLOCKS) + len(KUBERNETES_BLOCKS) + len(PYPI_BLOCKS)
     print(f"\nshell blocks: {len(blocks)}; run on the local cluster: {len(RUNNABLE)}; run on Slurm: "
-          f"{len(SLURM_BLOCKS)}; run on Kubernetes: {len(KUBERNETES_BLOCKS)}; run in all: {ran}; "
+          f"{len(SLURM_BLOCKS)}; run on Kubernetes: {len(KUBERNETES_BLOCKS)}; installed from PyPI: "
+          f"{len(PYPI_BLOCKS)}; run in all: {ran}; "
           f"parse-checked only: {len(blocks) - ran}")
     for block in blocks:
         if block.runs_on("kubernetes") and _beyond(block):
             print(f"  parse-checked only: {block.where} needs {_beyond(block)}")
-    assert SLURM_BLOCKS and KUBERNETES_BLOCKS
+    assert SLURM_BLOCKS and KUBERNETES_BLOCKS and PYPI_BLOCKS
