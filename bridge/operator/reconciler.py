@@ -8,6 +8,7 @@ tested with the real API server and, in unit tests, with a fake.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -209,6 +210,7 @@ class Reconciler:
         for sync in self.syncs.values():
             sync.thread.join(timeout=10)
             sync.writers.shutdown(wait=True)
+            sync.views.shutdown()
         adapters = [sync.adapter for sync in self.syncs.values()] + [kept for _, kept in self._adapters.values()]
         for adapter in {id(adapter): adapter for adapter in adapters}.values():
             adapter.close()
@@ -279,14 +281,15 @@ class Reconciler:
         if resumed:
             changes.append(cond.Change(cond.SUSPENDED, False, "Resumed", "TrainJob is resumed"))
         item.pending = changes  # written with the first poll of the job, which track() asks for at once
-        sync.track(item)
-        if first:  # an Event is a courtesy: it does not hold up the next submission
-            sync.writers.submit(self.api.event, item.namespace, item.name, item.uid, "Submitted",
-                                f"submitted as {job}")
+        if first:  # an Event is a courtesy: it does not hold up the next submission; before the poll's
+            sync.views.submit(item.uid, functools.partial(self.api.event, item.namespace, item.name, item.uid,
+                                                          "Submitted", f"submitted as {job}"))
             # what the CLI prints as notes (an option dropped off Slurm, a field not honoured), so kubectl
             # describe shows it too: nothing the TrainJob asked for is left out silently
             for note in prepared.notes[:MAX_NOTE_EVENTS]:
-                sync.writers.submit(self.api.event, item.namespace, item.name, item.uid, "Note", note)
+                sync.views.submit(item.uid, functools.partial(self.api.event, item.namespace, item.name, item.uid,
+                                                              "Note", note))
+        sync.track(item)
         return {key: value for key, value in recorded.items() if annotations.get(key) != value}
 
     def _prepare_move(self, body: dict[str, Any], cluster: str, target: str) -> service.Prepared:

@@ -4,9 +4,11 @@ journal, where it has one, wakes the loop at once."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +57,45 @@ class Timing:
     lag_window: float = 1.0
 
 
+class Views:
+    """What a TrainJob's status shows beside its conditions (its Events, its stand-in pods), written apart from
+    the sync cycle: a cycle hands them over and ends once its conditions are written, so a burst of views (a
+    mass apply: an Event and pod writes per TrainJob) never holds up the next cycle's statuses. One TrainJob's
+    views are written in the order they were handed over (each TrainJob keeps to one lane), many TrainJobs' at
+    once (a lane each)."""
+
+    def __init__(self, cluster_name: str, lanes: int = 8) -> None:
+        self.lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"views-{cluster_name}-{index}")
+                      for index in range(lanes)]
+        self._queued = 0
+        self._settled = threading.Condition()
+
+    def submit(self, uid: str, write: Callable[[], Any]) -> None:
+        with self._settled:
+            self._queued += 1
+
+        def run() -> None:
+            try:
+                write()
+            except Exception:  # a view not written is logged; the TrainJob's status is not affected
+                log.exception("writing a view of TrainJob uid %s", uid)
+            finally:
+                with self._settled:
+                    self._queued -= 1
+                    self._settled.notify_all()
+
+        self.lanes[zlib.crc32(uid.encode()) % len(self.lanes)].submit(run)
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until every view handed over is written; False if *timeout* passed first."""
+        with self._settled:
+            return self._settled.wait_for(lambda: self._queued == 0, timeout)
+
+    def shutdown(self) -> None:
+        for lane in self.lanes:
+            lane.shutdown(wait=True)
+
+
 class ClusterSync:
     """Follows every TrainJob on one BridgeCluster: one thread, one batched poll per cycle. Nothing runs until
     ``start``: a sync can be built and driven one cycle at a time (the unit tests do)."""
@@ -71,6 +112,7 @@ class ClusterSync:
         #: told each state a poll finds changed, after it is written (the stand-in pods follow it)
         self.on_status: Callable[[Tracked, JobStatus], None] | None = None
         self.writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"status-{cluster_name}")
+        self.views = Views(cluster_name)
         #: job ids the backend's journal named since the last poll; and those it named whose change the polls
         #: did not show yet, with the time to stop looking
         self.hinted: set[str] = set()
@@ -239,23 +281,19 @@ class ClusterSync:
             return event or True
 
         def tell(item: Tracked, status: JobStatus, event: cond.Event | bool) -> None:
-            """After every condition of the cycle is written: the Event and the stand-in pods, views of the
-            status that so never hold up another TrainJob's status."""
+            """The Event and the stand-in pods: views of a status already written."""
             if isinstance(event, cond.Event):
                 self.api.event(item.namespace, item.name, item.uid, event.reason, event.message,
                                warning=event.warning)
             if self.on_status is not None:
                 self.on_status(item, status)
 
-        # many jobs end together (a burst of completions): their status writes go out side by side, first
+        # many jobs end together (a burst of completions): their status writes go out side by side; their
+        # views after them, apart from the cycle
         written = list(self.writers.map(write, work)) if len(work) > 1 else [write(entry) for entry in work]
-        told = [(item, status, event) for (item, status, _), event in zip(work, written, strict=True)
-                if event is not False]
-        if len(told) > 1:
-            list(self.writers.map(lambda entry: tell(*entry), told))
-        else:
-            for entry in told:
-                tell(*entry)
+        for (item, status, _), event in zip(work, written, strict=True):
+            if event is not False:
+                self.views.submit(item.uid, functools.partial(tell, item, status, event))
         return bool(work)
 
     def _outage(self, active: list[Tracked], message: str) -> None:

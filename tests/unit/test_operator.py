@@ -99,6 +99,7 @@ def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -
         adapter.states[item.ref.job_id] = JobState.RUNNING
         sync.tracked[item.uid] = item
     assert sync.cycle(items) is True and adapter.polls == 1
+    assert sync.views.settle(timeout=10)
     # written side by side: in any order
     assert sorted(e for e in api.events if e[1] == "Running") == [(f"job-{i}", "Running", False) for i in range(3)]
     assert sync.cycle(items) is False and adapter.polls == 2  # nothing changed: nothing written
@@ -122,6 +123,41 @@ def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -
     before = list(items[1].conditions)
     sync.cycle(items)
     assert items[1].conditions == before and cond.finished(before) is None
+
+
+def test_views_never_hold_up_the_next_cycles_statuses_and_keep_each_trainjobs_order() -> None:
+    """A cycle ends once its conditions are written: while the Events of one cycle cannot be written yet (an
+    API server slow with a burst of them), the next cycle writes its statuses; each TrainJob's Events then come
+    in the order of its transitions."""
+    import threading
+
+    class SlowEvents(FakeApi):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = threading.Event()
+
+        def event(self, namespace, name, uid, reason, message, warning=False) -> None:
+            assert self.gate.wait(30)
+            super().event(namespace, name, uid, reason, message, warning)
+
+    api, adapter = SlowEvents(), FakeAdapter()
+    sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))
+    items = [Tracked("ns", f"job-{i}", f"uid-{i}", JobRef("hpc", "slurm", str(i), f"uid-{i}", f"job-{i}"), [])
+             for i in range(4)]
+    for item in items:
+        adapter.states[item.ref.job_id] = JobState.RUNNING
+        sync.tracked[item.uid] = item
+    cycles = threading.Thread(target=lambda: [sync.cycle(items), adapter.states.update(
+        {item.ref.job_id: JobState.SUCCEEDED for item in items}), sync.cycle(items)])
+    cycles.start()
+    cycles.join(timeout=10)
+    assert not cycles.is_alive(), "a cycle waited for the Events of the one before"
+    assert all(cond.finished(item.conditions) == "Complete" for item in items) and not api.events
+    api.gate.set()
+    assert sync.views.settle(timeout=10)
+    for item in items:
+        assert [reason for name, reason, _ in api.events if name == item.name] == ["Running", "Succeeded"]
+    sync.views.shutdown()
 
 
 def test_metrics_are_prometheus_text() -> None:
