@@ -16,6 +16,7 @@ from bridge.errors import AlreadyRan
 if TYPE_CHECKING:
     from bridge.adapters.base import JobStatus
     from bridge.service import Prepared, Submitted
+    from bridge.service.submission import IfFinished
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -24,21 +25,25 @@ def cmd_submit(args: argparse.Namespace) -> int:
     prepared = service.render(args.file, cluster=args.cluster, runtimes=args.runtimes,
                               sbatch_flags=args.sbatch_flags, queue=args.queue)
     report(prepared.notes)
-    if args.dry_run:
-        service.dry_run(prepared, retry=retry())
+    plan = prepared.plan
+    here = prepared.adapter.capabilities.foreground
+    # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
+    if_finished: IfFinished = "rerun" if args.rerun or here else "error"
+    if args.dry_run:  # what submit would answer, in its words, nothing sent
+        existing = service.dry_run(prepared, if_finished=if_finished, retry=retry())
+        if existing is not None and not prepared.elements:
+            if here:
+                raise _running_here(plan, existing.ref)
+            _already(plan, existing)
         print_artifact(prepared.artifact, args.output)
         return 0
-    plan = prepared.plan
     if prepared.elements:
         return _submit_array(prepared, args)
-    if prepared.adapter.capabilities.foreground:
+    if here:
         return _run_here(prepared)
-    submitted = service.submit(prepared, if_finished="rerun" if args.rerun else "error", retry=retry(),
-                               on_wait=note)
+    submitted = service.submit(prepared, if_finished=if_finished, retry=retry(), on_wait=note)
     if submitted.existing:
-        state = submitted.status.state.value if submitted.status else "known"
-        print(f"hpcbridge: note: {plan.namespace}/{plan.name} is already job {submitted.ref.job_id} ({state}); "
-              "nothing was submitted", file=sys.stderr)
+        _already(plan, submitted)
     print(submitted.ref.job_id)
     if not args.wait:
         return 0
@@ -49,6 +54,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
         status = service.Follow(prepared.adapter, submitted.ref, on_change=changed).run()
     return service.exit_code(status)
+
+
+def _already(plan: Any, submitted: Submitted) -> None:
+    state = submitted.status.state.value if submitted.status else "known"
+    print(f"hpcbridge: note: {plan.namespace}/{plan.name} is already job {submitted.ref.job_id} ({state}); "
+          "nothing was submitted", file=sys.stderr)
+
+
+def _running_here(plan: Any, ref: Any) -> AlreadyRan:
+    return AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
+                      f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
+                      ref.job_id, "Running")
 
 
 @contextmanager
@@ -70,13 +87,10 @@ def _run_here(prepared: Prepared) -> int:
     adapter, plan = prepared.adapter, prepared.plan
     # the line shows from the start: a foreground submit runs the stage step before it returns
     with job_status_line(plan, plan.uid, "Pending") as line:
-        # a foreground run here is always a new run of a finished TrainJob; one still running is not started twice
         submitted = service.submit(prepared, if_finished="rerun", on_wait=note)
         ref = submitted.ref
         if submitted.existing:
-            raise AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job "
-                             f"{ref.job_id}; `hpcbridge logs -f {ref.job_id} --cluster local` follows it, "
-                             "`hpcbridge cancel` stops it", ref.job_id, "Running")
+            raise _running_here(plan, ref)
         print(ref.job_id, flush=True)  # the first line of stdout, as every backend's submit prints it
         line.update("Running")
         with _interrupts_call(lambda signum, _frame: adapter.cancel(ref)):

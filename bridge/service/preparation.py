@@ -40,6 +40,8 @@ class Prepared:
     array_limit: int | None = None
     #: a dependency the backend cannot hold (the local cluster, Kubernetes): ``submit`` waits for it, then sends
     waits_for: str | None = None
+    #: its uid was made for this submission (a batch script's): no job can carry it yet
+    fresh_uid: bool = False
 
     def definition(self) -> str:
         from bridge.api.loader import to_yaml
@@ -144,8 +146,10 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
         trainjob = _workdir_relative_to_file(trainjob, source.path, WORKDIR_ANNOTATION)
     adapter = (adapter_for or targets.get_adapter)(target)
     script = source.script
+    before = trainjob.metadata.uid
     if script is not None:
         trainjob = _uid_per_submit(trainjob, adapter)
+    fresh_uid = trainjob.metadata.uid != before
     plan = resolve(trainjob, runtime, adapter.cluster, tenant)
     if tag_output and not traits_of(target).runs_pods:
         plan = _tagging_output(plan)
@@ -167,9 +171,11 @@ def _prepare_target(target: BridgeCluster, trainjob: TrainJob,
         waits_for, plan = plan.options.dependency, replace(plan, options=replace(plan.options, dependency=None))
         notes = (*notes, f"dependency {waits_for}: submit waits for it, then sends the job")
     if plan.options.array and "array" not in declared:
-        return replace(_array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran)), waits_for=waits_for)
+        return replace(_array_for(adapter, plan, (*notes, *plan.notes), (runtime, ran)), waits_for=waits_for,
+                       fresh_uid=fresh_uid)
     _refuse_early(adapter, plan)
-    return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran), waits_for=waits_for)
+    return Prepared(adapter, plan, adapter.render(plan), (*notes, *plan.notes), (runtime, ran), waits_for=waits_for,
+                    fresh_uid=fresh_uid)
 
 
 def _tagging_output(plan: LaunchPlan) -> LaunchPlan:

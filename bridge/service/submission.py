@@ -49,12 +49,26 @@ def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retr
     return submit_many([prepared], if_finished=if_finished, retry=retry)[0]
 
 
-def dry_run(prepared: Prepared, *, retry: Retry = NO_RETRY) -> None:
-    """The first half of ``submit``: the scheduler is asked about each artifact submit would send (an array's
-    elements, one by one), and nothing is sent; its refusal is the one ``submit`` would raise. What a dry run
-    prints is ``prepared.artifact``, what ``submit`` sends."""
+def dry_run(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY) -> Submitted | None:
+    """The first half of ``submit``: each artifact submit would send (an array's elements, one by one) is looked
+    up by uid as submit looks it up, then the scheduler is asked about it, and nothing is sent; the refusal is
+    the one ``submit`` would raise (a job that already ran: ``AlreadyRan``, as *if_finished* says; a uid made
+    for this submission is not looked up: nothing carries it). The job
+    submit would answer with instead of sending (one of the uid pending or running) is returned. What a dry
+    run prints is ``prepared.artifact``, what ``submit`` sends."""
+    from bridge.records import Records
+
+    existing: Submitted | None = None
     for element in prepared.elements or (prepared,):
-        retry.call(partial(element.adapter.dry_run, element.artifact))
+        adapter, plan = element.adapter, element.plan
+        records = Records(adapter.cluster.name)
+        status = None if prepared.fresh_uid else retry.call(partial(_existing, adapter, records, [plan])).get(plan.uid)
+        found = None if status is None else _found_asked(adapter, plan, status, if_finished)
+        if found is not None:
+            existing = existing or found
+            continue
+        retry.call(partial(adapter.dry_run, element.artifact))
+    return existing
 
 
 def wait_for_dependency(adapter: Adapter, spec: str, plan: LaunchPlan, *, retry: Retry = NO_RETRY,
@@ -192,13 +206,20 @@ def _one_cluster(batch: Sequence[Prepared]) -> Adapter:
 def _found(adapter: Adapter, plan: LaunchPlan, status: JobStatus, if_finished: IfFinished) -> Submitted | None:
     """What submit answers for a uid that already has a job: that job, or None where it is to be sent again
     (``rerun``: a backend with unique names first loses the finished one); AlreadyRan where it may not."""
+    found = _found_asked(adapter, plan, status, if_finished)
+    if found is None and adapter.capabilities.unique_names:
+        adapter.remove(status.ref)
+    return found
+
+
+def _found_asked(adapter: Adapter, plan: LaunchPlan, status: JobStatus,
+                 if_finished: IfFinished) -> Submitted | None:
+    """``_found`` without its one change (a finished job a rerun removes first): what a dry run answers."""
     if not status.state.finished and status.state.value != "Unknown":
         return Submitted(status.ref, True, status)
     if if_finished in ("attach", "reattach"):
         return Submitted(status.ref, True, status)
     if if_finished == "rerun":
-        if adapter.capabilities.unique_names:
-            adapter.remove(status.ref)
         return None
     what = (f"{status.state.value}" if status.state.value != "Unknown"
             else "which the cluster no longer knows (recorded by this machine)")

@@ -120,7 +120,7 @@ def test_the_example_script_runs_off_slurm_with_one_note_for_its_mail_line(capsy
     from bridge import service
 
     # no scheduler here to ask: what each one answers a dry run is tested on the daemons (tests/integration)
-    monkeypatch.setattr(service, "dry_run", lambda prepared, retry=None: None)
+    monkeypatch.setattr(service, "dry_run", lambda prepared, **_: None)
     example = str(ROOT / "examples/train.sbatch")
     for backend, name in CLUSTERS.items():
         code, notes, errors = run(capsys, "render", example, "--cluster", name)

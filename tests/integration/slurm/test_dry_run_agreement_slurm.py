@@ -124,3 +124,43 @@ def test_the_slurm_cases_are_counted() -> None:
     print(f"\nslurm dry-run agreement: {len(FILES)} corpus files + {len(SCRIPTS)} scheduler answers; "
           f"{SUBMITTED['agreed']} ran, {SUBMITTED['refused']} refused alike")
     assert len(FILES) >= 20
+
+
+TWICE = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: sent-twice
+  annotations:
+    hpcbridge.io/sbatch.begin: now+3600   # pends until cancelled
+spec:
+  runtimeRef: {name: torch-distributed}
+  trainer: {numNodes: 1, command: ["true"]}
+"""
+
+
+def test_a_trainjob_sent_before_gets_the_answer_submit_gives(sent: list[Artifact], tmp_path: Path) -> None:
+    """A TrainJob submitted once: a dry run looks its uid up as submit does, so while its job pends both say
+    that job is it and send nothing, and once it ended both refuse it as already run, in the same words."""
+    path = tmp_path / "twice.yaml"
+    path.write_text(TWICE)
+    first = run_cli(["submit", str(path), "--cluster", "hpc"])
+    assert first.code == 0 and sent, first
+    job_id = first.out.split()[0]
+    dry = run_cli(["submit", str(path), "--cluster", "hpc", "--dry-run"])
+    real = run_cli(["submit", str(path), "--cluster", "hpc"])
+    assert dry.code == real.code == 0 and len(sent) == 1, (dry, real)
+    said = f"is already job {job_id} (Pending); nothing was submitted"
+    assert said in dry.err and said in real.err, (dry.err, real.err)
+    assert run_cli(["cancel", job_id, "--cluster", "hpc"]).code == 0
+    import time
+
+    deadline = time.monotonic() + 60
+    while "Cancelled" not in run_cli(["status", job_id, "--cluster", "hpc"]).out:
+        assert time.monotonic() < deadline, "the job was not cancelled"
+        time.sleep(0.5)
+    dry = run_cli(["submit", str(path), "--cluster", "hpc", "--dry-run"])
+    real = run_cli(["submit", str(path), "--cluster", "hpc"])
+    assert dry.code == real.code == 2 and dry.err == real.err and len(sent) == 1, (dry, real)
+    assert f"already ran on cluster hpc as job {job_id}, Cancelled" in dry.errors[0], dry.errors
+    assert dry.out == "", "a refused dry run printed an artifact"
