@@ -143,7 +143,8 @@ def flux_uri():
     (base / "flux.toml").write_text(f'[resource]\npath = "{base / "R.json"}"\nnoverify = true\n')
     proc = subprocess.Popen([FLUX, "start", "--test-size=2", f"-o,--config-path={base / 'flux.toml'}", "bash", "-c",
                              f'echo "$FLUX_URI" > {uri_file}; exec sleep infinity'],
-                            stdout=open(base / "broker.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=open(base / "broker.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=base)  # a job given no working directory runs in the broker's: never the checkout
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (uri_file.exists() and uri_file.read_text().strip()):

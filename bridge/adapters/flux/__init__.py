@@ -30,6 +30,7 @@ from bridge.adapters.flux.client import FluxCLI, FluxPython
 from bridge.adapters.flux.render import BASE_PATH, render_jobspec
 from bridge.adapters.transport import LocalTransport, SSHTransport, Transport
 from bridge.api.cluster import BridgeCluster
+from bridge.errors import BackendRejected
 from bridge.plan import Launcher, LaunchPlan
 from bridge.staging.phase import with_stage_phases
 from bridge.tenancy import tenant_of
@@ -207,6 +208,15 @@ class FluxAdapter(Adapter):
                 if uid:
                     refs.append(JobRef(self.cluster.name, "flux", job_id, uid, recorded_name or name))
         return list(self.poll(refs).values())
+
+    def dry_run(self, artifact: Artifact) -> None:
+        """Flux has no submission that sends nothing: what its job manager refuses at submit beyond the
+        jobspec's own checks (done when rendering) is a queue the instance does not have; asked here, and
+        refused in the words submit gets. Resources it could never give are not refused at submit (the job is
+        taken and fails when the scheduler finds it unsatisfiable), so not here either."""
+        queue = artifact.plan.options.partition
+        if queue and queue not in self.client.queues():
+            raise BackendRejected("flux", self.client.submit_refusal(f"'{queue}' is not a valid queue"))
 
     def capacity(self, plan: LaunchPlan) -> Capacity:
         from bridge.adapters.flux import capacity

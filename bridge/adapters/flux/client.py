@@ -77,6 +77,15 @@ class FluxCLI:
         except json.JSONDecodeError:
             return None
 
+    def queues(self) -> list[str]:
+        """The instance's named queues (none where it has only its anonymous one)."""
+        listing = self.run(["queue", "list", "--no-header", "--format={queue}"], "flux queue list").stdout
+        return [line.strip() for line in listing.splitlines() if line.strip()]
+
+    def submit_refusal(self, text: str) -> str:
+        """*text*, a refusal of the job manager's, as a submit through this client reports it."""
+        return f"flux job submit: flux-job: {text}"
+
     def submit(self, jobspec: str, urgency: int | None) -> str:
         hold = [f"--urgency={urgency}"] if urgency is not None else []
         result = self.run(["job", "submit", *hold], "flux job submit", stdin=jobspec, resend=False)
@@ -207,6 +216,13 @@ class FluxPython:
         value = reply.get("jobspec")
         jobspec: dict[str, Any] | None = json.loads(value) if isinstance(value, str) else value
         return jobspec
+
+    def queues(self) -> list[str]:
+        answer = self._call("queue list", lambda: self.handle.rpc("job-manager.queue-list").get())
+        return [str(name) for name in answer.get("queues") or []]
+
+    def submit_refusal(self, text: str) -> str:
+        return f"submit: {text}"
 
     def submit(self, jobspec: str, urgency: int | None) -> str:
         kwargs = {"urgency": urgency} if urgency is not None else {}

@@ -518,16 +518,14 @@ def test_credentials_come_from_a_secret_and_never_show(operator, ssh_cluster, ne
     assert secret_line not in seen
 
 
-def test_a_trainjob_for_the_flux_cluster_runs_on_flux_and_its_journal_drives_the_status(operator, flux_uri) -> None:
-    """The Flux path: submitted through the flux command, followed through the job manager's event journal
-    (``flux python`` JournalConsumer), which wakes the cluster's sync loop on each start and end."""
-    import re
+def flux_bridge_cluster(operator, flux_uri: str) -> str:
+    """The BridgeCluster ``flux`` (the suite's two brokers), made once for the module; the flux command's path."""
     import shutil
-    import urllib.request
 
     from kubernetes.client.exceptions import ApiException
 
     flux = shutil.which("flux")
+    assert flux
     try:
         operator.custom.create_cluster_custom_object("hpcbridge.io", "v1alpha1", "bridgeclusters", {
             "apiVersion": "hpcbridge.io/v1alpha1", "kind": "BridgeCluster", "metadata": {"name": "flux"},
@@ -535,6 +533,16 @@ def test_a_trainjob_for_the_flux_cluster_runs_on_flux_and_its_journal_drives_the
                      "defaults": {"launchCommand": [sys.executable, "-m", "bridge", "launch"]}}})
     except ApiException as exc:
         assert exc.status == 409, exc.body
+    return flux
+
+
+def test_a_trainjob_for_the_flux_cluster_runs_on_flux_and_its_journal_drives_the_status(operator, flux_uri) -> None:
+    """The Flux path: submitted through the flux command, followed through the job manager's event journal
+    (``flux python`` JournalConsumer), which wakes the cluster's sync loop on each start and end."""
+    import re
+    import urllib.request
+
+    flux = flux_bridge_cluster(operator, flux_uri)
     ns = operator.namespace()
     created = operator.apply(ns, "on-flux", "flux", ["sh", "-c", "echo hello from flux"])
     failing = operator.apply(ns, "fails-on-flux", "flux", ["sh", "-c", "exit 3"])
@@ -651,9 +659,9 @@ def train_until_cancelled():
     time.sleep(3600)
 
 
-namespace, kubeconfig, path = sys.argv[1:4]
+namespace, kubeconfig, path, runtime_name = sys.argv[1:5]
 sdk = TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace, config_file=kubeconfig))
-runtime = sdk.get_runtime("torch-on-slurm")
+runtime = sdk.get_runtime(runtime_name)
 env = {"PATH": path}  # where the Slurm nodes' torchrun is, as a user names their cluster's environment
 name = sdk.train(runtime=runtime, trainer=CustomTrainer(func=train_fn, num_nodes=2, env=env))
 job = sdk.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
@@ -698,14 +706,59 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
     running job and delete_job, which cancels it on Slurm. The SDK cannot set managedBy: the operator takes
     TrainJobs without one whose runtime names a BridgeCluster (with upstream Trainer, its CRD defaults managedBy
     to its own)."""
+    def slurm_output(job_id: str) -> str:
+        shown = subprocess.run(["scontrol", "show", "job", job_id, "-o"], capture_output=True, text=True,
+                               env=operator.env).stdout
+        out = next((Path(f[7:]) for f in shown.split() if f.startswith("StdOut=")), None)
+        return out.read_text()[-4000:] if out is not None and out.is_file() else shown
+
+    _sdk_flow(operator, sdk_python, tmp_path, "slurm", operator.slurm_state, ("COMPLETED", "CANCELLED"),
+              slurm_output)
+    # a TrainJob without managedBy whose runtime names no BridgeCluster is not hpc-bridge's: left alone
+    ns = operator.namespace()
+    operator.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "metadata": {"name": "not-ours"},
+        "spec": {"runtimeRef": {"name": "plain-slurm"}, "trainer": {"command": ["true"]}}})
+    time.sleep(3)
+    untouched = operator.get(ns, "not-ours")
+    assert not (untouched.get("status") or {}).get("conditions") and not untouched["metadata"].get("finalizers")
+
+
+def test_the_kubeflow_sdk_trains_a_function_on_two_flux_nodes_reads_each_nodes_logs_and_deletes(
+        operator, sdk_python, flux_uri, tmp_path) -> None:
+    """The same SDK flow with a torch runtime whose cluster is Flux (where flux-core is on PATH): delete_job
+    cancels the Flux job."""
+    flux = flux_bridge_cluster(operator, flux_uri)
+
+    def flux_state(job_id: str) -> str:
+        return subprocess.run([flux, "jobs", "-n", "-o", "{result}", job_id], capture_output=True, text=True,
+                              env={**os.environ, "FLUX_URI": flux_uri}, timeout=30).stdout.strip()
+
+    def flux_output(job_id: str) -> str:
+        shown = subprocess.run([flux, "job", "attach", job_id], capture_output=True, text=True,
+                               env={**os.environ, "FLUX_URI": flux_uri}, timeout=30)
+        return (shown.stdout + shown.stderr)[-4000:]
+
+    # the job's PATH as its user names it: where this cluster's flux is, as /usr/bin is on a site's nodes
+    _sdk_flow(operator, sdk_python, tmp_path, "flux", flux_state, ("COMPLETED", "CANCELED"), flux_output,
+              os.path.dirname(flux))
+
+
+def _sdk_flow(operator, sdk_python: Path, tmp_path: Path, cluster: str, backend_state,
+              states: tuple[str, str], backend_output, tools: str = "/usr/bin") -> None:
+    """SDK_SCRIPT against a torch runtime bound to *cluster*; *backend_state* of a job id is the backend's
+    word for it, *states* those of a finished and of a cancelled job, *backend_output* its output (printed
+    when the SDK fails); *tools* the folder of the backend's commands on its nodes."""
     import json
+    import re
 
     from kubernetes.client.exceptions import ApiException
 
+    runtime_name = f"torch-on-{cluster}"
     try:
         operator.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": "torch-on-slurm", "annotations": {"hpcbridge.io/cluster": "slurm"},
+            "metadata": {"name": runtime_name, "annotations": {"hpcbridge.io/cluster": cluster},
                          "labels": {"trainer.kubeflow.org/framework": "torch"}},
             "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
                 "replicatedJobs": [{"name": "node", "template": {
@@ -717,28 +770,24 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
     ns = operator.namespace()
     script = tmp_path / "sdk_train.py"  # the SDK packs a function from its source file
     script.write_text(SDK_SCRIPT)
-    # the project's venv (torch and its torchrun) before a tenant job's own PATH, where the cluster's Slurm commands are
-    path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
-    ran = subprocess.run([str(sdk_python), str(script), ns, str(operator.cluster.kube.kubeconfig), path],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    if ran.returncode != 0:  # what went wrong: each TrainJob's conditions and its Slurm job's output
+    # the project's venv (torch and its torchrun) before a tenant job's own PATH, where the cluster's commands are
+    path = ":".join(dict.fromkeys([str(Path(sys.executable).parent), tools, "/usr/local/bin", "/usr/bin", "/bin"]))
+    ran = subprocess.run([str(sdk_python), str(script), ns, str(operator.cluster.kube.kubeconfig), path,
+                          runtime_name], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    if ran.returncode != 0:  # what went wrong: each TrainJob's conditions and its backend job's output
         for item in operator.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs")["items"]:
             job_id = item["metadata"].get("annotations", {}).get("operator.hpcbridge.io/job-id", "")
-            shown = subprocess.run(["scontrol", "show", "job", job_id, "-o"], capture_output=True, text=True,
-                                   env=operator.env).stdout if job_id else ""
-            out = next((Path(f[7:]) for f in shown.split() if f.startswith("StdOut=")), None)
             print(item["metadata"]["name"], (item.get("status") or {}).get("conditions"),
-                  out.read_text()[-4000:] if out is not None and out.is_file() else shown)
+                  backend_output(job_id) if job_id else "")
     assert ran.returncode == 0, ran.stderr[-3000:]
     result = json.loads(ran.stdout.strip().splitlines()[-1])
     assert result["status"] == "Complete"
     done = operator.get(ns, result["name"])
     assert "managedBy" not in done["spec"]
-    assert operator.slurm_state(done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]) == "COMPLETED"
-    # the SDK reads each node's logs from its pod: the stand-in pods on the Slurm cluster's virtual node, whose
-    # kubelet API (the operator's) serves that node's lines of the Slurm job's output
-    import re
-
+    assert done["metadata"]["annotations"]["operator.hpcbridge.io/job-cluster"] == cluster
+    assert backend_state(done["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]) == states[0]
+    # the SDK reads each node's logs from its pod: the stand-in pods on the cluster's virtual node, whose
+    # kubelet API (the operator's) serves that node's lines of the backend job's output
     ranks = []
     for node in (0, 1):  # a line an item, as the SDK splits them; a worker's rank tag where a node runs several
         said = [match.groups() for line in result["logs"][f"node-{node}"] if (match := re.fullmatch(
@@ -747,18 +796,11 @@ def test_the_kubeflow_sdk_trains_a_function_on_two_slurm_nodes_reads_each_nodes_
         ranks += [(int(rank), int(world)) for rank, world, _ in said]
     assert sorted(ranks) == [(rank, len(ranks)) for rank in range(len(ranks))], result["logs"]
     assert "waiting on node 1" in result["followed"], result["followed"]
-    # delete_job: the TrainJob goes, and its Slurm job is cancelled
+    # delete_job: the TrainJob goes, and its backend job is cancelled
     deadline = time.monotonic() + 120
-    while operator.slurm_state(result["job_id"]) != "CANCELLED":
-        assert time.monotonic() < deadline, operator.slurm_state(result["job_id"])
+    while backend_state(result["job_id"]) != states[1]:
+        assert time.monotonic() < deadline, backend_state(result["job_id"])
         time.sleep(0.5)
-    # a TrainJob without managedBy whose runtime names no BridgeCluster is not hpc-bridge's: left alone
-    operator.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "metadata": {"name": "not-ours"},
-        "spec": {"runtimeRef": {"name": "plain-slurm"}, "trainer": {"command": ["true"]}}})
-    time.sleep(3)
-    untouched = operator.get(ns, "not-ours")
-    assert not (untouched.get("status") or {}).get("conditions") and not untouched["metadata"].get("finalizers")
 
 
 def test_migrate_to_moves_a_running_trainjob_from_slurm_to_pods_where_it_resumes(operator, tmp_path) -> None:

@@ -118,6 +118,54 @@ def test_a_failed_slurm_job_is_a_failed_pod_with_its_exit_code(operator) -> None
     assert "about to fail" in operator.core.read_namespaced_pod_log("fails-node-0-0", ns, container="node")
 
 
+def test_a_flux_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_output(operator, flux_uri,  # noqa: F811
+                                                                                    tmp_path) -> None:
+    """The same on Flux (where flux-core is on PATH): the cluster's Node, a two-node TrainJob's pods with its
+    phases, each pod's lines of the job's output (Flux's output eventlog, read through the operator's kubelet
+    API) followed as they are written, and a failed job's exit code on its pod."""
+    from tests.integration.kubernetes.test_operator import flux_bridge_cluster
+
+    flux_bridge_cluster(operator, flux_uri)
+    node = wait_for("the Flux cluster's node", lambda: next((n for n in operator.core.list_node().items
+                                                            if n.metadata.name == "hpcbridge-flux"), None))
+    assert node.metadata.labels["hpcbridge.io/cluster-type"] == "flux"
+    ns = operator.namespace()
+    go = tmp_path / "go"
+    tmp_path.chmod(0o777)
+    script = (f"echo first line of $FLUX_TASK_RANK; while [ ! -e {go} ]; do sleep 0.2; done; "
+              "echo second line of $FLUX_TASK_RANK")
+    created = operator.apply(ns, "on-flux-shown", "flux", ["sh", "-c", script], nodes=2)
+    pods = wait_for(lambda: f"two Running pods: {operator.logs()}", lambda: (lambda p: p if len(p) == 2 and all(
+        x.status.phase == "Running" for x in p) else None)(pods_of(operator, ns, "on-flux-shown")))
+    job_id = operator.get(ns, "on-flux-shown")["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+    for pod in pods:
+        assert pod.spec.node_name == "hpcbridge-flux"
+        assert pod.metadata.annotations["operator.hpcbridge.io/job-id"] == job_id
+        assert pod.metadata.owner_references[0].uid == created["metadata"]["uid"]
+    stream = operator.core.read_namespaced_pod_log("on-flux-shown-node-0-1", ns, container="node", follow=True,
+                                                   _preload_content=False)
+    seen = []
+    for line in stream.stream(amt=None):
+        seen.append(line.decode())
+        if "first line of 1" in "".join(seen) and not go.exists():
+            go.write_text("")
+    assert go.exists() and "second line of 1" in "".join(seen).split("first line of 1", 1)[1], seen
+    assert "of 0" not in "".join(seen), seen  # node 0's lines are its own pod's
+    operator.until(ns, "on-flux-shown", is_true("Complete"))
+    wait_for("Succeeded pods", lambda: (lambda p: p if all(x.status.phase == "Succeeded" for x in p) else None)(
+        pods_of(operator, ns, "on-flux-shown")))
+    for index in (0, 1):
+        text = operator.core.read_namespaced_pod_log(f"on-flux-shown-node-0-{index}", ns, container="node")
+        assert [line for line in text.splitlines() if "line of" in line] == \
+            [f"first line of {index}", f"second line of {index}"], text
+    operator.apply(ns, "on-flux-fails", "flux", ["sh", "-c", "echo about to fail; exit 7"])
+    operator.until(ns, "on-flux-fails", is_true("Failed"))
+    (pod,) = wait_for("a Failed pod", lambda: (lambda p: p if p and p[0].status.phase == "Failed" else None)(
+        pods_of(operator, ns, "on-flux-fails")))
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 7
+    assert "about to fail" in operator.core.read_namespaced_pod_log("on-flux-fails-node-0-0", ns, container="node")
+
+
 def _get(url: str, cert: tuple[Path, Path] | None, token: str | None = None) -> int:
     return _read(url, cert, token)[0]
 
