@@ -129,8 +129,9 @@ def _add_submit(sub: Subparsers) -> None:
     p = sub.add_parser("submit", help="submit a TrainJob or batch script (the local cluster runs it in the "
                                       f"foreground); sbatch flags after the file override ({AFTER_SEPARATOR})")
     p.add_argument("file", help="TrainJob YAML or batch script ('-' for stdin)")
-    p.add_argument("--dry-run", action="store_true", help="ask the scheduler as submit would (sbatch --test-only, "
-                                                          "a server-side dry run), print the artifact, send nothing")
+    p.add_argument("--dry-run", action="store_true", help="look the TrainJob up and ask the scheduler as submit "
+                                                          "would (sbatch --test-only, a server-side dry run), print "
+                                                          "the artifact, send nothing")
     p.add_argument("--wait", action="store_true", help="follow the job's states and exit with its exit code")
     p.add_argument("--rerun", action="store_true", help="run again a TrainJob whose job already finished "
                                                         "(without it, submitting a finished TrainJob is an error)")
