@@ -14,7 +14,8 @@ from bridge.cli.progress import job_status_line
 from bridge.errors import AlreadyRan
 
 if TYPE_CHECKING:
-    from bridge.adapters.base import JobStatus
+    from bridge.adapters.base import JobRef, JobStatus
+    from bridge.plan import LaunchPlan
     from bridge.service import Prepared, Submitted
     from bridge.service.submission import IfFinished
 
@@ -56,13 +57,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return service.exit_code(status)
 
 
-def _already(plan: Any, submitted: Submitted) -> None:
+def _already(plan: LaunchPlan, submitted: Submitted) -> None:
     state = submitted.status.state.value if submitted.status else "known"
     print(f"hpcbridge: note: {plan.namespace}/{plan.name} is already job {submitted.ref.job_id} ({state}); "
           "nothing was submitted", file=sys.stderr)
 
 
-def _running_here(plan: Any, ref: Any) -> AlreadyRan:
+def _running_here(plan: LaunchPlan, ref: JobRef) -> AlreadyRan:
     return AlreadyRan(f"{plan.namespace}/{plan.name} is already running on this machine as job {ref.job_id}; "
                       f"`hpcbridge logs -f {ref.job_id} --cluster local` follows it, `hpcbridge cancel` stops it",
                       ref.job_id, "Running")

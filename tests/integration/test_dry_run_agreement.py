@@ -15,11 +15,12 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bridge import service
-from bridge.adapters.base import Artifact
+from bridge.adapters.base import Artifact, JobRef
 from bridge.adapters.local import LocalAdapter
 from bridge.cli import main
 from tests.fuzz.generator import generate
@@ -69,26 +70,37 @@ def run_cli(argv: list[str]) -> Ran:
     return Ran(code, out.getvalue(), err.getvalue())
 
 
-@pytest.fixture
-def sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Artifact]:
-    """The artifacts the local adapter's submit is handed (and then starts, as it always does)."""
+def configured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clusters: str, cwd: Path) -> None:
+    """The CLI as a user with *clusters* (clusters.yaml text) configured, state of the test's own, in *cwd*."""
     config = tmp_path / "clusters.yaml"
-    config.write_text(CONFIG)
+    config.write_text(clusters)
     monkeypatch.setenv("HPCBRIDGE_CONFIG", str(config))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv("HPCBRIDGE_CLUSTER", raising=False)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
+    monkeypatch.chdir(cwd)
+
+
+def recording(monkeypatch: pytest.MonkeyPatch, adapter_class: type) -> tuple[list[Artifact], list[JobRef]]:
+    """The artifacts *adapter_class*'s submit is handed, and the jobs it then sends as it always does."""
     handed: list[Artifact] = []
-    submit = LocalAdapter.submit
+    refs: list[JobRef] = []
+    submit = adapter_class.submit
 
-    def recording(adapter: LocalAdapter, artifact: Artifact):  # type: ignore[no-untyped-def]
+    def recorded(adapter: Any, artifact: Artifact) -> JobRef:
         handed.append(artifact)
-        return submit(adapter, artifact)
+        refs.append(submit(adapter, artifact))
+        return refs[-1]
 
-    monkeypatch.setattr(LocalAdapter, "submit", recording)
-    return handed
+    monkeypatch.setattr(adapter_class, "submit", recorded)
+    return handed, refs
+
+
+@pytest.fixture
+def sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Artifact]:
+    """The artifacts the local adapter's submit is handed (and then starts, as it always does)."""
+    (tmp_path / "work").mkdir()
+    configured(monkeypatch, tmp_path, CONFIG, tmp_path / "work")
+    return recording(monkeypatch, LocalAdapter)[0]
 
 
 def _agree(file: str, flags: tuple[str, ...], cluster: str, sent: list[Artifact]) -> None:

@@ -19,7 +19,7 @@ from bridge import service
 from bridge.adapters.base import Artifact
 from tests import builders
 from tests.integration.kubernetes.test_dry_run_agreement_kubernetes import FILES
-from tests.integration.test_dry_run_agreement import ROOT, run_cli, sent_text
+from tests.integration.test_dry_run_agreement import ROOT, configured, recording, run_cli, sent_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.flux]
 
@@ -40,21 +40,8 @@ def sent(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
     flux = builders.cluster("flux", "flux", flux={"uri": flux_uri, "fluxCommand": shutil.which("flux"),
                                                   "transport": request.param},
                             defaults={"launchCommand": ["true", "launch"]})
-    config = tmp_path / "clusters.yaml"
-    config.write_text(to_yaml([flux]))
-    monkeypatch.setenv("HPCBRIDGE_CONFIG", str(config))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.delenv("HPCBRIDGE_CLUSTER", raising=False)
-    monkeypatch.chdir(tmp_path)
-    handed: list[Artifact] = []
-    submit = FluxAdapter.submit
-
-    def recording(adapter: FluxAdapter, artifact: Artifact):  # type: ignore[no-untyped-def]
-        handed.append(artifact)
-        return submit(adapter, artifact)
-
-    monkeypatch.setattr(FluxAdapter, "submit", recording)
-    return handed
+    configured(monkeypatch, tmp_path, to_yaml([flux]), tmp_path)
+    return recording(monkeypatch, FluxAdapter)[0]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -17,7 +17,7 @@ from bridge.adapters.base import Artifact
 from bridge.adapters.kubernetes import GROUP, PLURAL, VERSION, KubernetesAdapter
 from bridge.annotations import UID_LABEL
 from tests import builders
-from tests.integration.test_dry_run_agreement import ROOT, run_cli, sent_text
+from tests.integration.test_dry_run_agreement import ROOT, configured, recording, run_cli, sent_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
@@ -37,21 +37,8 @@ def sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kube_cluster, namespac
     clusters = [builders.cluster("kubernetes", name, kubernetes={"kubeconfig": str(kube_cluster.kubeconfig),
                                                                  "namespace": target})
                 for name, target in (("k8s", namespace), ("k8s-nowhere", f"{namespace}-nowhere"))]
-    config = tmp_path / "clusters.yaml"
-    config.write_text(to_yaml(clusters))
-    monkeypatch.setenv("HPCBRIDGE_CONFIG", str(config))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.delenv("HPCBRIDGE_CLUSTER", raising=False)
-    monkeypatch.chdir(tmp_path)
-    handed: list[Artifact] = []
-    submit = KubernetesAdapter.submit
-
-    def recording(adapter: KubernetesAdapter, artifact: Artifact):  # type: ignore[no-untyped-def]
-        handed.append(artifact)
-        return submit(adapter, artifact)
-
-    monkeypatch.setattr(KubernetesAdapter, "submit", recording)
-    return handed
+    configured(monkeypatch, tmp_path, to_yaml(clusters), tmp_path)
+    return recording(monkeypatch, KubernetesAdapter)[0]
 
 
 def _agree(file: str, sent: list[Artifact], cluster: str = "k8s") -> tuple[int, list[str]]:

@@ -64,30 +64,15 @@ def test_a_slurm_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_out
     ns = operator.namespace()
     go = tmp_path / "go"
     tmp_path.chmod(0o777)
-    # the second line comes only after the test has read the first through `logs -f`: streaming, not timing.
-    # Each node writes lines of its own (srun's node id): each pod shows its node's
-    script = (f"echo first line of $SLURM_NODEID; while [ ! -e {go} ]; do sleep 0.2; done; "
-              "echo second line of $SLURM_NODEID")
-    created = operator.apply(ns, "shown", "slurm", ["sh", "-c", script], nodes=2)
-    pods = wait_for(lambda: f"two Running pods: {operator.logs()}", lambda: (lambda p: p if len(p) == 2 and all(
-        x.status.phase == "Running" for x in p) else None)(pods_of(operator, ns, "shown")))
+    created, pods, job_id = running_on_two_nodes(operator, ns, "shown", "slurm", "SLURM_NODEID", go)
     assert [p.metadata.name for p in pods] == ["shown-node-0-0", "shown-node-0-1"]
-    job_id = operator.get(ns, "shown")["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
     for index, pod in enumerate(pods):
         assert pod.spec.node_name == NODE
         assert pod.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] == "node"
         assert pod.metadata.labels["batch.kubernetes.io/job-completion-index"] == str(index)
         assert pod.metadata.annotations["operator.hpcbridge.io/job-id"] == job_id
         assert pod.metadata.owner_references[0].uid == created["metadata"]["uid"]
-    stream = operator.core.read_namespaced_pod_log("shown-node-0-0", ns, container="node", follow=True,
-                                                   _preload_content=False)
-    seen = []
-    for line in stream.stream(amt=None):
-        seen.append(line.decode())
-        if "first line of 0" in "".join(seen) and not go.exists():
-            go.write_text("")
-    assert go.exists() and "second line of 0" in "".join(seen).split("first line of 0", 1)[1], seen
-    assert "of 1" not in "".join(seen), seen  # node 1's lines are its own pod's
+    follows_its_nodes_lines(operator, ns, "shown-node-0-0", 0, go)
     operator.until(ns, "shown", is_true("Complete"))
     done = wait_for("Succeeded pods", lambda: (lambda p: p if all(x.status.phase == "Succeeded" for x in p) else
                                                None)(pods_of(operator, ns, "shown")))
@@ -109,13 +94,42 @@ def test_a_slurm_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_out
 
 
 def test_a_failed_slurm_job_is_a_failed_pod_with_its_exit_code(operator) -> None:  # noqa: F811
-    ns = operator.namespace()
-    operator.apply(ns, "fails", "slurm", ["sh", "-c", "echo about to fail; exit 7"])
-    operator.until(ns, "fails", is_true("Failed"))
+    fails_with_its_exit_code(operator, operator.namespace(), "fails", "slurm")
+
+
+def running_on_two_nodes(op, ns: str, name: str, cluster: str, node_variable: str, go: Path) -> tuple:
+    """A two-node TrainJob *name* on *cluster* once both its pods are Running: the TrainJob, its pods and its
+    job id. Each node writes a first line, then, only after the test has read it through ``logs -f`` (*go*),
+    a second (streaming, not timing), each with its node's index (the backend's *node_variable*)."""
+    script = (f"echo first line of ${node_variable}; while [ ! -e {go} ]; do sleep 0.2; done; "
+              f"echo second line of ${node_variable}")
+    created = op.apply(ns, name, cluster, ["sh", "-c", script], nodes=2)
+    pods = wait_for(lambda: f"two Running pods: {op.logs()}", lambda: (lambda p: p if len(p) == 2 and all(
+        x.status.phase == "Running" for x in p) else None)(pods_of(op, ns, name)))
+    return created, pods, op.get(ns, name)["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+
+
+def follows_its_nodes_lines(op, ns: str, pod: str, node: int, go: Path) -> None:
+    """``kubectl logs -f`` of *pod*, node *node*'s: its first line, then, once the test lets the job go on (*go*),
+    its second, as they are written, and no line of the other node's."""
+    stream = op.core.read_namespaced_pod_log(pod, ns, container="node", follow=True, _preload_content=False)
+    seen = []
+    for line in stream.stream(amt=None):
+        seen.append(line.decode())
+        if f"first line of {node}" in "".join(seen) and not go.exists():
+            go.write_text("")
+    assert go.exists() and f"second line of {node}" in "".join(seen).split(f"first line of {node}", 1)[1], seen
+    assert f"of {1 - node}" not in "".join(seen), seen  # the other node's lines are its own pod's
+
+
+def fails_with_its_exit_code(op, ns: str, name: str, cluster: str) -> None:
+    """A TrainJob on *cluster* whose command exits 7: a Failed pod with exit code 7 and the job's output."""
+    op.apply(ns, name, cluster, ["sh", "-c", "echo about to fail; exit 7"])
+    op.until(ns, name, is_true("Failed"))
     (pod,) = wait_for("a Failed pod", lambda: (lambda p: p if p and p[0].status.phase == "Failed" else None)(
-        pods_of(operator, ns, "fails")))
+        pods_of(op, ns, name)))
     assert pod.status.container_statuses[0].state.terminated.exit_code == 7
-    assert "about to fail" in operator.core.read_namespaced_pod_log("fails-node-0-0", ns, container="node")
+    assert "about to fail" in op.core.read_namespaced_pod_log(f"{name}-node-0-0", ns, container="node")
 
 
 def test_a_flux_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_output(operator, flux_uri,  # noqa: F811
@@ -132,25 +146,12 @@ def test_a_flux_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_outp
     ns = operator.namespace()
     go = tmp_path / "go"
     tmp_path.chmod(0o777)
-    script = (f"echo first line of $FLUX_TASK_RANK; while [ ! -e {go} ]; do sleep 0.2; done; "
-              "echo second line of $FLUX_TASK_RANK")
-    created = operator.apply(ns, "on-flux-shown", "flux", ["sh", "-c", script], nodes=2)
-    pods = wait_for(lambda: f"two Running pods: {operator.logs()}", lambda: (lambda p: p if len(p) == 2 and all(
-        x.status.phase == "Running" for x in p) else None)(pods_of(operator, ns, "on-flux-shown")))
-    job_id = operator.get(ns, "on-flux-shown")["metadata"]["annotations"]["operator.hpcbridge.io/job-id"]
+    created, pods, job_id = running_on_two_nodes(operator, ns, "on-flux-shown", "flux", "FLUX_TASK_RANK", go)
     for pod in pods:
         assert pod.spec.node_name == "hpcbridge-flux"
         assert pod.metadata.annotations["operator.hpcbridge.io/job-id"] == job_id
         assert pod.metadata.owner_references[0].uid == created["metadata"]["uid"]
-    stream = operator.core.read_namespaced_pod_log("on-flux-shown-node-0-1", ns, container="node", follow=True,
-                                                   _preload_content=False)
-    seen = []
-    for line in stream.stream(amt=None):
-        seen.append(line.decode())
-        if "first line of 1" in "".join(seen) and not go.exists():
-            go.write_text("")
-    assert go.exists() and "second line of 1" in "".join(seen).split("first line of 1", 1)[1], seen
-    assert "of 0" not in "".join(seen), seen  # node 0's lines are its own pod's
+    follows_its_nodes_lines(operator, ns, "on-flux-shown-node-0-1", 1, go)
     operator.until(ns, "on-flux-shown", is_true("Complete"))
     wait_for("Succeeded pods", lambda: (lambda p: p if all(x.status.phase == "Succeeded" for x in p) else None)(
         pods_of(operator, ns, "on-flux-shown")))
@@ -158,12 +159,7 @@ def test_a_flux_trainjobs_pods_show_its_phases_and_kubectl_logs_follows_its_outp
         text = operator.core.read_namespaced_pod_log(f"on-flux-shown-node-0-{index}", ns, container="node")
         assert [line for line in text.splitlines() if "line of" in line] == \
             [f"first line of {index}", f"second line of {index}"], text
-    operator.apply(ns, "on-flux-fails", "flux", ["sh", "-c", "echo about to fail; exit 7"])
-    operator.until(ns, "on-flux-fails", is_true("Failed"))
-    (pod,) = wait_for("a Failed pod", lambda: (lambda p: p if p and p[0].status.phase == "Failed" else None)(
-        pods_of(operator, ns, "on-flux-fails")))
-    assert pod.status.container_statuses[0].state.terminated.exit_code == 7
-    assert "about to fail" in operator.core.read_namespaced_pod_log("on-flux-fails-node-0-0", ns, container="node")
+    fails_with_its_exit_code(operator, ns, "on-flux-fails", "flux")
 
 
 def _get(url: str, cert: tuple[Path, Path] | None, token: str | None = None) -> int:

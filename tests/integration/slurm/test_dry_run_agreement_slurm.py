@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.adapters.base import Artifact, JobRef
+from bridge.adapters.base import Artifact
 from bridge.adapters.slurm import SlurmAdapter
 from tests import builders
-from tests.integration.test_dry_run_agreement import ROOT, run_cli, sent_text
+from tests.integration.test_dry_run_agreement import ROOT, configured, recording, run_cli, sent_text
 
 pytestmark = pytest.mark.slurm
 
@@ -48,22 +48,8 @@ def sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slurm_cluster) -> list
                                          "launchCommand": [sys.executable, "-m", "bridge", "launch"]})
     from bridge.api.loader import to_yaml
 
-    config = tmp_path / "clusters.yaml"
-    config.write_text(to_yaml([cluster]))
-    monkeypatch.setenv("HPCBRIDGE_CONFIG", str(config))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.delenv("HPCBRIDGE_CLUSTER", raising=False)
-    monkeypatch.chdir(tmp_path)
-    handed: list[Artifact] = []
-    queued: list[JobRef] = []
-    submit = SlurmAdapter.submit
-
-    def recording(adapter: SlurmAdapter, artifact: Artifact) -> JobRef:
-        handed.append(artifact)
-        queued.append(submit(adapter, artifact))
-        return queued[-1]
-
-    monkeypatch.setattr(SlurmAdapter, "submit", recording)
+    configured(monkeypatch, tmp_path, to_yaml([cluster]), tmp_path)
+    handed, queued = recording(monkeypatch, SlurmAdapter)
     yield handed
     adapter = SlurmAdapter(cluster)
     for ref in queued:
