@@ -65,3 +65,38 @@ def test_identity_is_appended_to_the_users_comment_and_read_from_the_end() -> No
 def test_exit_code_in_both_forms_squeue_prints(printed, state, code) -> None:
     (record,) = parse_squeue(line("7", "N/A", state, printed))
     assert record.exit_code == code
+
+
+class ListingTransport:
+    """squeue as it answers: --jobs=LIST those jobs, else every job; each argv kept."""
+
+    def __init__(self, jobs: list[str]) -> None:
+        self.jobs, self.argvs = jobs, []
+
+    def run(self, argv, stdin=None, timeout=None, resend=True):  # type: ignore[no-untyped-def]
+        from bridge.adapters.transport import CommandResult
+
+        self.argvs.append(list(argv))
+        asked = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--jobs=")), None)
+        shown = [job for job in self.jobs if asked is None or job in asked]
+        return CommandResult(tuple(argv), 0, "\n".join(line(job, "N/A", "PENDING") for job in shown) + "\n", "")
+
+
+@pytest.mark.parametrize("followed", [3, 257, 1000])
+def test_a_poll_of_many_jobs_reads_one_listing_not_a_list_squeue_matches_one_by_one(followed: int) -> None:
+    """Up to SQUEUE_IDS_MAX jobs are asked for by id; more are read from one listing of every job (squeue
+    matches each job against its --jobs list one by one: quadratic), and the same statuses come back."""
+    from bridge.adapters.base import JobRef
+    from bridge.adapters.slurm import SQUEUE_IDS_MAX, SlurmAdapter
+    from tests import builders
+
+    others = [str(job) for job in range(5000, 5100)]  # other jobs of the cluster: listed, not followed
+    mine = [str(job) for job in range(1, followed + 1)]
+    transport = ListingTransport(others + mine)
+    adapter = SlurmAdapter(builders.cluster("slurm", "hpc"), transport=transport)  # type: ignore[arg-type]
+    adapter._with_stage_phases = lambda statuses: statuses  # type: ignore[method-assign]  # no phase files here
+    refs = [JobRef("hpc", "slurm", job, UID, "j") for job in mine]
+    statuses = adapter.poll(refs)
+    assert {ref.job_id: status.state for ref, status in statuses.items()} == {job: JobState.PENDING for job in mine}
+    (argv,) = transport.argvs
+    assert any(a.startswith("--jobs=") for a in argv) == (followed <= SQUEUE_IDS_MAX), argv

@@ -78,6 +78,11 @@ def make_transport(cluster: BridgeCluster) -> Transport:
     return local
 
 
+#: more job ids than this are read from one listing of every job, not squeue --jobs: squeue matches each job
+#: against its --jobs list one by one (9,000 ids among 9,000 jobs: 1.15 s, against 68 ms for the listing)
+SQUEUE_IDS_MAX = 256
+
+
 def _job_number(job_id: str) -> int:
     """123, 123_4 (array task), 123+1 (het component) → 123, for "newest" comparisons."""
     match = re.match(r"\d+", job_id)
@@ -317,9 +322,18 @@ class SlurmAdapter(Adapter):
                                  lambda argv: self.transport.run(argv, timeout=30).stdout, tenant_of(self.cluster))
 
     def _squeue(self, job_ids: list[str]) -> list[SlurmRecord]:
+        # a plain job id is a listing's row (a heterogeneous job's components fold into it); an array task's
+        # (123_4) or a component's (123+1) is asked for by name, as a listing may print it otherwise
         if self.rest is not None:
             wanted = set(job_ids)
             return [r for r in self._all_records() if r.job_id in wanted]
+        plain = {job_id for job_id in job_ids if job_id.isdigit()}
+        if len(plain) <= SQUEUE_IDS_MAX:
+            return self._squeue_jobs(job_ids)
+        named = [job_id for job_id in job_ids if job_id not in plain]
+        return [r for r in self._all_records() if r.job_id in plain] + (self._squeue_jobs(named) if named else [])
+
+    def _squeue_jobs(self, job_ids: list[str]) -> list[SlurmRecord]:
         result = self.transport.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}",
                                      f"--Format={SQUEUE_FORMAT}"])
         if not result.ok and "Invalid job id specified" in result.stderr:
