@@ -73,7 +73,11 @@ INJECTION = "injection"            # a payload ran, or a value became (or broke)
 TRACEBACK = "traceback"            # an exception escaped, or the process crashed on a signal
 OVER_BOUND = "over-bound"          # the time/memory bound stopped the run
 API_REFUSAL = "api-refusal"        # hpc-bridge accepted an object the API server refuses
-EXIT_CODE = "exit-code"            # an exit code other than 0 or 2
+EXIT_CODE = "exit-code"            # an exit code other than 0 or 2 (or 1 for a backend not reached)
+#: a submit's dry run asks the cluster as submit would (its jobs by uid, its scheduler): where the configured
+#: cluster cannot be reached (here no flux command, an ssh host that does not exist) it ends as submit does, with
+#: the typed, retryable error and exit 1
+BACKEND_NOT_REACHED = re.compile(r"^hpcbridge: error: [\w.-]+ unavailable: ")
 STDERR = "stderr"                  # not one line per message, or a refusal without exactly one error line
 OUTPUT = "output"                  # an accepted run whose artifact cannot be read back
 API_ERROR = "api-error"            # the API server failed (5xx, webhook unreachable): not a verdict on the object
@@ -333,7 +337,8 @@ def judge_process(run: Run) -> list[Finding]:
         return [Finding(TRACEBACK, case, command, f"crashed on signal {run.signal}")]
     if "Traceback (most recent call last)" in text or run.returncode in (111, 120):
         return [Finding(TRACEBACK, case, command, f"exit {run.returncode}: {tail[:200]}")]
-    if run.returncode not in (0, 2):
+    unreached = run.returncode == 1 and run.argv[0] == "submit" and BACKEND_NOT_REACHED.match(tail) is not None
+    if run.returncode not in (0, 2) and not unreached:
         findings.append(Finding(EXIT_CODE, case, command, f"exit {run.returncode}: {tail[:200]}"))
     lines = text.splitlines()
     stray = [line for line in lines if not line.startswith(("hpcbridge: note: ", "hpcbridge: error: "))]
@@ -341,7 +346,7 @@ def judge_process(run: Run) -> list[Finding]:
     if stray:
         findings.append(Finding(STDERR, case, command, f"exit {run.returncode}: {len(lines)} stderr lines, "
                                 f"{len(stray)} not hpcbridge messages (a message spans lines): {stray[0][:120]!r}"))
-    elif run.returncode == 2 and (len(errors) != 1 or not lines[-1].startswith("hpcbridge: error: ")):
+    elif run.returncode in (1, 2) and (len(errors) != 1 or not lines[-1].startswith("hpcbridge: error: ")):
         findings.append(Finding(STDERR, case, command, f"refusal with {len(errors)} error lines"))
     elif run.returncode == 0 and errors:
         findings.append(Finding(STDERR, case, command, "exit 0 with an error line"))
