@@ -176,12 +176,28 @@ def _beyond(block: Block) -> str | None:
     return next((why for word, why in BEYOND_THE_CONTROL_PLANE.items() if word in _commands(block)), None)
 
 
+def _uninstalls(block: Block) -> bool:
+    return any(uninstall in _commands(block) for uninstall in ("kubectl delete", "helm uninstall"))
+
+
 def _kubernetes_blocks() -> list[Block]:
     """The blocks run on a control plane, grouped by install path (kubectl, Helm, each with and without Trainer),
     each path in an order a reader could follow: the uninstall last."""
     blocks = [block for block in doc_blocks.shell_blocks() if block.runs_on("kubernetes") and not _beyond(block)]
-    return sorted(blocks, key=lambda block: (len(block.install_path), block.install_path, any(
-        uninstall in _commands(block) for uninstall in ("kubectl delete", "helm uninstall"))))
+    return sorted(blocks, key=lambda block: (len(block.install_path), block.install_path, _uninstalls(block)))
+
+
+def _serving_every_crd(kubectl: Path, env: dict[str, str], timeout: float = 60.0) -> None:
+    """Until each CRD's objects can be listed: an install uninstalled seconds after it was made can delete a CRD
+    whose storage is still being set up, and the API server's cleanup of it then backs off for minutes
+    ("could not list instances: storage is (re)initializing"); an admin uninstalls an install that is up."""
+    names = subprocess.run([str(kubectl), "get", "crd", "-o", "name"], env=env, capture_output=True, text=True,
+                           timeout=60).stdout.split()
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while subprocess.run([str(kubectl), "get", name.split("/", 1)[1], "-A"], env=env, capture_output=True,
+                             timeout=60).returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 KUBERNETES_BLOCKS = _kubernetes_blocks()
@@ -256,6 +272,8 @@ def test_kubernetes_block_runs_as_written(block: Block, reader_env: dict[str, st
     cwd = tmp_path if own else ROOT
     for name in own:
         (tmp_path / name).write_text(f"{name} of the reader's own\n")
+    if _uninstalls(block):
+        _serving_every_crd(kubectl, env)
     assigned = ""  # a line setting a shell variable holds for the lines after it, as in the reader's shell
     for line in _lines(block):
         if re.fullmatch(r"[A-Za-z_]\w*=\S+", line.text.strip()):
