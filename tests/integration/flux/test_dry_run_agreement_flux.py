@@ -10,7 +10,6 @@ would start ``hpcbridge launch …``: each runs its whole allocation and ends at
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -26,19 +25,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.flux]
 COUNTED: dict[str, int] = {"agreed": 0, "refused": 0, "existing": 0}
 
 
-@pytest.fixture(params=["cli", "python"])
-def sent(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-         flux_uri: str) -> list[Artifact]:
-    """The cluster ``flux`` (the suite's instance, over its flux command or flux-python); the artifacts
-    FluxAdapter.submit is handed."""
+@pytest.fixture
+def sent(flux_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Artifact]:  # type: ignore[no-untyped-def]
+    """The cluster ``flux``: the suite's instance over each transport (``flux_cluster``, which skips flux-python
+    where its bindings do not import), its jobs starting ``true launch``; the artifacts FluxAdapter.submit is
+    handed."""
     from bridge.adapters.flux import FluxAdapter
     from bridge.api.loader import to_yaml
-    from tests.integration.flux.conftest import _python_bindings_importable
 
-    if request.param == "python" and not _python_bindings_importable():
-        pytest.skip("flux-python is not importable (build flux-core with its bindings, add them to PYTHONPATH)")
-    flux = builders.cluster("flux", "flux", flux={"uri": flux_uri, "fluxCommand": shutil.which("flux"),
-                                                  "transport": request.param},
+    flux = builders.cluster("flux", "flux", flux=flux_cluster.spec.flux.model_dump(by_alias=True, exclude_none=True),
                             defaults={"launchCommand": ["true", "launch"]})
     configured(monkeypatch, tmp_path, to_yaml([flux]), tmp_path)
     return recording(monkeypatch, FluxAdapter)[0]
