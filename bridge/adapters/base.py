@@ -88,6 +88,9 @@ class Identity:
     uid: str
     name: str
     namespace: str = "default"
+    #: the job this uid was last recorded with (the operator's annotation, which its tenant can write): only a
+    #: hint where to look first; a backend answers with it only where that job carries this uid and is its own
+    job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,9 @@ class Adapter(ABC):
         """The newest job the backend knows for each uid, with its state, in one backend query.
 
         Uids the backend has no job for are absent. Finished jobs are included while the backend
-        remembers them; the layer's durable record covers the rest.
+        remembers them; the layer's durable record covers the rest. A backend may look at an identity's
+        ``job_id`` first (costing what the batch holds, not what the cluster holds), answering from it only
+        where that job carries the uid and has not finished (a finished one may have a newer rerun).
         """
 
     @abstractmethod

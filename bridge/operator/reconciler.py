@@ -12,7 +12,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from bridge import service
@@ -231,7 +231,13 @@ class Reconciler:
             prepared = service.prepare(source, configured=self.api.clusters(),
                                        default_cluster=self.default_cluster or "", adapter_for=self._adapter,
                                        tenancy=self._tenancy(namespace), tag_output=self.tag_output)
-            return prepared, self._submitter(prepared.adapter.cluster.name).submit(prepared, if_finished)
+            cluster = prepared.adapter.cluster.name
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(JOB_CLUSTER_ANNOTATION) == cluster and annotations.get(JOB_ID_ANNOTATION):
+                # where this operator recorded its job: the lookup by uid looks there first (a re-attach after a
+                # restart then costs what its group holds, not the whole queue), and trusts it only on a match
+                prepared = replace(prepared, recorded_job=annotations[JOB_ID_ANNOTATION])
+            return prepared, self._submitter(cluster).submit(prepared, if_finished)
         except InvalidSpec as exc:
             self.metrics.submission(_target(body), "refused")
             reason = ("NamespaceNotAllowed" if exc.field == "metadata.namespace" else

@@ -42,6 +42,9 @@ class Prepared:
     waits_for: str | None = None
     #: its uid was made for this submission (a batch script's): no job can carry it yet
     fresh_uid: bool = False
+    #: the job its uid was last recorded with on this cluster (the operator's annotation): where the lookup by
+    #: uid looks first, never taken on trust (``Adapter.find``)
+    recorded_job: str | None = None
 
     def definition(self) -> str:
         from bridge.api.loader import to_yaml

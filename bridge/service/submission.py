@@ -4,7 +4,7 @@ waited for where the backend keeps none."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal
@@ -34,10 +34,10 @@ class Submitted:
     status: JobStatus | None = None
 
 
-def _identity(plan: LaunchPlan) -> Identity:
+def _identity(plan: LaunchPlan, job_id: str | None = None) -> Identity:
     from bridge.adapters.base import Identity
 
-    return Identity(plan.uid, plan.name, plan.namespace)
+    return Identity(plan.uid, plan.name, plan.namespace, job_id)
 
 
 def submit(prepared: Prepared, *, if_finished: IfFinished = "error", retry: Retry = NO_RETRY,
@@ -162,7 +162,8 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
 
     def attempt() -> list[Submitted]:
         pending = [p for p in batch if p.plan.uid not in results]
-        existing = _existing(adapter, records, [p.plan for p in pending])
+        existing = _existing(adapter, records, [p.plan for p in pending],
+                             {p.plan.uid: p.recorded_job for p in pending if p.recorded_job})
         to_send: list[Prepared] = []
         for prepared in pending:
             status = existing.get(prepared.plan.uid)
@@ -241,9 +242,11 @@ def _send(adapter: Adapter, records: Records, prepared: Prepared) -> Submitted:
     return Submitted(ref, False)
 
 
-def _existing(adapter: Adapter, records: Records, plans: Sequence[LaunchPlan]) -> dict[str, JobStatus]:
-    """Jobs that already carry these uids: the backend's view, then the record for what it forgot."""
-    found = adapter.find([_identity(plan) for plan in plans])
+def _existing(adapter: Adapter, records: Records, plans: Sequence[LaunchPlan],
+              last_jobs: Mapping[str, str] | None = None) -> dict[str, JobStatus]:
+    """Jobs that already carry these uids: the backend's view (where *last_jobs*, uid -> job id, says a uid's
+    job was, looked at first), then the record for what it forgot."""
+    found = adapter.find([_identity(plan, (last_jobs or {}).get(plan.uid)) for plan in plans])
     missing = [plan.uid for plan in plans if plan.uid not in found]
     recorded = records.by_uid(missing) if missing else {}
     if recorded:

@@ -296,6 +296,33 @@ def test_the_reconciler_re_attaches_a_trainjob_whose_status_says_it_was_sent(mon
     assert modes == ["attach", "reattach", "rerun"]
 
 
+def test_the_job_a_trainjob_records_reaches_the_lookup_by_uid_on_its_own_cluster_only(tmp_path, monkeypatch) -> None:
+    """A restart re-attaches each TrainJob through a lookup by uid: the job id the operator recorded on it is
+    handed to the adapter (which checks it) where it was recorded on the cluster the TrainJob goes to."""
+    from bridge import service
+    from bridge.annotations import JOB_CLUSTER_ANNOTATION, JOB_ID_ANNOTATION
+    from bridge.operator.reconciler import Reconciler
+    from bridge.operator.sync import Tracked
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    adapter = FakeBatchAdapter()
+    asked: list[list[tuple[str, str | None]]] = []
+    find = adapter.find
+    adapter.find = lambda identities: asked.append([(i.uid, i.job_id) for i in identities]) or find(  # type: ignore
+        identities)
+    api = FakeApi()
+    api.clusters = dict  # type: ignore[attr-defined]
+    api.namespace_labels = lambda namespace: {}  # type: ignore[attr-defined]
+    reconciler = Reconciler(api=api)
+    monkeypatch.setattr(reconciler, "_source", lambda *args: None)
+    monkeypatch.setattr(service, "prepare", lambda *args, **kwargs: _prepared(adapter, "u"))
+    for cluster in ("hpc", "elsewhere"):
+        body = {"metadata": {"namespace": "ns", "name": "u", "uid": "u",
+                             "annotations": {JOB_ID_ANNOTATION: "41", JOB_CLUSTER_ANNOTATION: cluster}}}
+        reconciler._submit(body, Tracked("ns", "u", "u", None, [], None), "attach")
+    assert asked == [[("u", "41")], [("u", None)]]
+
+
 class JournalAdapter(FakeAdapter):
     """A backend with an event journal whose job listing lags it by one poll."""
 

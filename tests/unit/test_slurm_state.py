@@ -100,3 +100,45 @@ def test_a_poll_of_many_jobs_reads_one_listing_not_a_list_squeue_matches_one_by_
     assert {ref.job_id: status.state for ref, status in statuses.items()} == {job: JobState.PENDING for job in mine}
     (argv,) = transport.argvs
     assert any(a.startswith("--jobs=") for a in argv) == (followed <= SQUEUE_IDS_MAX), argv
+
+
+class QueueTransport:
+    """squeue over a queue of (job id, uid, user, state): --jobs=LIST and --me (user "me") honoured."""
+
+    def __init__(self, jobs: list[tuple[str, str, str, str]]) -> None:
+        self.jobs, self.argvs = jobs, []
+
+    def run(self, argv, stdin=None, timeout=None, resend=True):  # type: ignore[no-untyped-def]
+        from bridge.adapters.transport import CommandResult
+
+        self.argvs.append(list(argv))
+        asked = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--jobs=")), None)
+        shown = [line(job, "N/A", state, comment=f"hpcbridge.io/uid={uid}") for job, uid, user, state in self.jobs
+                 if (asked is None or job in asked) and ("--me" not in argv or user == "me")]
+        return CommandResult(tuple(argv), 0, "\n".join(shown) + "\n", "")
+
+
+@pytest.mark.parametrize(("recorded", "answer", "listing_read"), [
+    ("10", "10", False),   # its own live job: asked for by id, the queue not read
+    ("11", "10", True),    # another TrainJob's job (the annotation is the tenant's to write)
+    ("20", "10", True),    # another user's job that carries this uid: squeue --me never shows it
+    ("9", "10", True),     # a finished job of this uid: a newer one (a rerun) may be live
+    ("1,2", "10", True),   # not a job id at all: never put on squeue's command line
+    (None, "10", True),
+])
+def test_a_recorded_job_id_is_a_hint_checked_against_the_job_it_names(recorded, answer, listing_read) -> None:
+    from bridge.adapters.base import Identity
+    from bridge.adapters.slurm import SlurmAdapter
+    from tests import builders
+
+    transport = QueueTransport([("9", UID, "me", "CANCELLED"), ("10", UID, "me", "PENDING"),
+                                ("11", "other-uid", "me", "RUNNING"), ("20", UID, "mallory", "RUNNING")])
+    adapter = SlurmAdapter(builders.cluster("slurm", "hpc"), transport=transport)  # type: ignore[arg-type]
+    found = adapter.find([Identity(UID, "j", "ns", recorded)])
+    assert {uid: status.ref.job_id for uid, status in found.items()} == {UID: answer}
+    assert found[UID].state == JobState.PENDING
+    assert all("--me" in argv for argv in transport.argvs)
+    by_id = [argv for argv in transport.argvs if any(arg.startswith("--jobs=") for arg in argv)]
+    assert [argv for argv in by_id] == ([] if recorded in (None, "1,2") else [by_id[0]])
+    assert by_id == [] or f"--jobs={recorded}" in by_id[0]
+    assert (len(transport.argvs) > len(by_id)) == listing_read, transport.argvs

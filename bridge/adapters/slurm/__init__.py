@@ -183,18 +183,41 @@ class SlurmAdapter(Adapter):
         return parse_squeue(self._check(self.transport.run(argv), "squeue").stdout)
 
     def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
-        """One squeue listing of this user's jobs (a job's Slurm name need not be its TrainJob's: a batch
-        script keeps its own); the newest job per uid."""
-        wanted = {identity.uid for identity in identities}
-        found: dict[str, tuple[int, JobStatus]] = {}
+        """The newest job per uid. Jobs recorded for these uids are asked for by id first (``squeue --me
+        --jobs``: costs what the batch holds, not what the queue holds, so an operator re-attaching thousands of
+        TrainJobs does not read the whole queue once per group); every other uid, and one whose recorded job is
+        not this user's, does not carry it or has finished (a newer rerun may exist), comes from one listing of
+        this user's jobs (a job's Slurm name need not be its TrainJob's: a batch script keeps its own)."""
+        found = self._found_where_recorded(identities)
+        wanted = {identity.uid for identity in identities} - found.keys()
+        if not wanted:
+            return found
+        newest: dict[str, tuple[int, JobStatus]] = {}
         for record in self._all_records(mine=True):
             uid = comment_uid(record.comment)
             if uid in wanted:
                 order = _job_number(record.job_id)
-                if uid not in found or order > found[uid][0]:
+                if uid not in newest or order > newest[uid][0]:
                     ref = JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name)
-                    found[uid] = (order, self._status(ref, record))
-        return {uid: status for uid, (_, status) in found.items()}
+                    newest[uid] = (order, self._status(ref, record))
+        return {**found, **{uid: status for uid, (_, status) in newest.items()}}
+
+    def _found_where_recorded(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
+        """The uids whose recorded job id names a live job of this user that carries the uid (the id is only a
+        hint: a tenant can write it)."""
+        recorded = {identity.job_id: identity.uid for identity in identities
+                    if identity.job_id and identity.job_id.isdigit()}
+        if self.rest is not None or not recorded or len(recorded) > SQUEUE_IDS_MAX:
+            return {}  # slurmrestd lists every job anyway; so many ids cost more than one listing
+        found: dict[str, JobStatus] = {}
+        for record in self._squeue_jobs(list(recorded), mine=True):
+            uid = recorded.get(record.job_id)
+            if uid is None or comment_uid(record.comment) != uid:
+                continue
+            if record.state.finished or record.state is JobState.UNKNOWN:
+                continue
+            found[uid] = self._status(JobRef(self.cluster.name, "slurm", record.job_id, uid, record.name), record)
+        return found
 
     def list_jobs(self) -> list[JobStatus]:
         """This user's jobs that carry an hpc-bridge uid (squeue --me; REST: the token's user)."""
@@ -333,9 +356,9 @@ class SlurmAdapter(Adapter):
         named = [job_id for job_id in job_ids if job_id not in plain]
         return [r for r in self._all_records() if r.job_id in plain] + (self._squeue_jobs(named) if named else [])
 
-    def _squeue_jobs(self, job_ids: list[str]) -> list[SlurmRecord]:
+    def _squeue_jobs(self, job_ids: list[str], mine: bool = False) -> list[SlurmRecord]:
         result = self.transport.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}",
-                                     f"--Format={SQUEUE_FORMAT}"])
+                                     f"--Format={SQUEUE_FORMAT}", *(["--me"] if mine else [])])
         if not result.ok and "Invalid job id specified" in result.stderr:
             return []  # none of them is in squeue any more
         return parse_squeue(self._check(result, "squeue").stdout)

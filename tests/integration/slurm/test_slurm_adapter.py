@@ -102,6 +102,41 @@ def test_cancel_running_and_pending(adapter, tmp_path) -> None:
     assert wait_for(adapter, held, finished).state == JobState.CANCELLED
 
 
+def test_a_recorded_job_id_is_asked_for_first_and_trusted_only_where_its_job_carries_the_uid(
+        adapter, monkeypatch, tmp_path) -> None:
+    """The operator re-attaching after a restart hands find() the job id it recorded on the TrainJob (an
+    annotation its tenant can write): that job is asked for by id, as this user's, and taken only where it carries
+    the uid and is live; anything else is read from the listing of this user's jobs, as without one."""
+    from bridge.adapters.base import Identity
+
+    ann = {"hpcbridge.io/workdir": str(tmp_path)}
+    a, job_a = submit(adapter, trainjob("recorded-a", ["true"], annotations=ann, suspend=True))
+    b, job_b = submit(adapter, trainjob("recorded-b", ["true"], annotations=ann, suspend=True))
+    asked: list[list[str]] = []
+    run = adapter.transport.run
+    monkeypatch.setattr(adapter.transport, "run", lambda argv, *args, **kw: asked.append(list(argv)) or run(
+        argv, *args, **kw))
+    try:
+        found = adapter.find([Identity(a.uid, a.name, a.namespace, job_a.job_id)])
+        assert {uid: (s.ref.job_id, s.state) for uid, s in found.items()} == {a.uid: (job_a.job_id, JobState.PENDING)}
+        (squeue,) = asked
+        assert f"--jobs={job_a.job_id}" in squeue and "--me" in squeue  # by id, as this user: not the queue
+        # an id naming another TrainJob's job: not taken; the listing finds a's own
+        asked.clear()
+        found = adapter.find([Identity(a.uid, a.name, a.namespace, job_b.job_id)])
+        assert {uid: s.ref.job_id for uid, s in found.items()} == {a.uid: job_a.job_id}
+        assert len(asked) == 2 and not any(arg.startswith("--jobs=") for arg in asked[1])
+        # a finished job (a rerun may be newer) and an id Slurm never gave: both from the listing
+        adapter.cancel(job_b)
+        assert wait_for(adapter, job_b, finished).state == JobState.CANCELLED
+        found = adapter.find([Identity(b.uid, b.name, b.namespace, job_b.job_id),
+                              Identity(a.uid, a.name, a.namespace, "999999")])
+        assert {uid: (s.ref.job_id, s.state) for uid, s in found.items()} == {
+            a.uid: (job_a.job_id, JobState.PENDING), b.uid: (job_b.job_id, JobState.CANCELLED)}
+    finally:
+        adapter.cancel(job_a)
+
+
 def test_dependency_waits_for_parent(adapter, tmp_path) -> None:
     ann = {"hpcbridge.io/workdir": str(tmp_path)}
     _, parent = submit(adapter, trainjob("parent", ["sleep", "2"], annotations=ann))
