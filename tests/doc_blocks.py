@@ -7,8 +7,9 @@ with this checkout's ``hpcbridge`` first on PATH and no clusters configured but 
 
 An HTML comment right before a block says what it needs beyond that: ``<!-- needs: slurm -->`` (a Slurm
 cluster configured as ``hpc``; also ``flux``, ``kubernetes``, ``clusters`` for the clusters of
-examples/clusters.yaml, ``root``, ``pypi`` for an install from PyPI into the reader's home, or a Python module a
-job imports such as ``torch``); beside ``kubernetes``,
+examples/clusters.yaml, ``root``, ``pypi`` for an install from PyPI into the reader's home, ``setup`` for a
+fresh machine's setup (root; run from a fresh clone in a home of its own), or a Python module a job imports
+such as ``torch``); beside ``kubernetes``,
 ``helm`` (the block installs with Helm, not kubectl) and ``trainer`` (Kubeflow Trainer's CRDs are there). A ``slurm`` block runs
 against the suite's Slurm cluster (tests/integration/test_docs_commands.py), ``1234`` in it standing for the id
 the block's last ``submit`` printed; a ``kubernetes`` block runs with kubectl against a control plane of that
@@ -32,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHELL_LANGUAGES = ("console", "sh", "bash", "shell")
-DAEMONS = ("slurm", "flux", "kubernetes", "clusters", "root", "pypi")
+DAEMONS = ("slurm", "flux", "kubernetes", "clusters", "root", "pypi", "setup")
 #: what a ``kubernetes`` block may need that its test sets up on the control plane: the install path it is on
 KUBERNETES_PATHS = ("helm", "trainer")
 _FENCE = re.compile(r"^```(\w*)\s*$")

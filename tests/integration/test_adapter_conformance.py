@@ -64,8 +64,11 @@ def test_submit_twice_is_one_job_and_a_finished_one_reruns_only_when_asked(engin
     if not adapter.capabilities.unique_names:
         assert rerun.ref.job_id != first.ref.job_id
     assert finished(adapter, rerun.ref).state == JobState.SUCCEEDED
-    # the newest run is the one found for the uid
+    # the newest run is the one found for the uid, also where the first run's id is handed over as the job last
+    # recorded for it (the operator's annotation: a hint, never the answer by itself)
     assert service.submit(prepared, if_finished="attach").ref.job_id == rerun.ref.job_id
+    recorded = Identity(prepared.plan.uid, prepared.plan.name, prepared.plan.namespace, first.ref.job_id)
+    assert adapter.find([recorded])[prepared.plan.uid].ref.job_id == rerun.ref.job_id
 
 
 def test_failing_command_is_failed_with_its_exit_code(engine: Engine) -> None:

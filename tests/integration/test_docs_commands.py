@@ -159,6 +159,42 @@ def test_install_block_runs_as_written(block: Block, reader_tools: Path, reader_
         cwd = _run(command, cwd, env, block.where)
 
 
+SETUP_BLOCKS = [block for block in doc_blocks.shell_blocks() if block.runs_on("setup")]
+
+
+@pytest.fixture
+def fresh_clone(tmp_path: Path) -> Path:
+    """What ``git clone`` of this checkout gives: its tracked files and those git does not ignore, nothing it
+    built (no .venv, no build directories, no caches)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    into = tmp_path / "hpc-bridge"
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    return into
+
+
+@pytest.mark.install
+@pytest.mark.skipif(os.geteuid() != 0, reason="the setup installs Debian packages: root, as the README says")
+@pytest.mark.parametrize("block", SETUP_BLOCKS, ids=lambda block: block.where)
+def test_setup_block_runs_as_written(block: Block, fresh_clone: Path, tmp_path: Path) -> None:
+    """As a newcomer on a fresh machine, from the root of a fresh clone, in a home with nothing of hpc-bridge's
+    (no venvs, no configured clusters: the setup makes its venvs from PyPI): each command as written. Debian's
+    packages are this machine's, as the setup finds them (the setup installs the missing ones)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("HPCBRIDGE_", "SLURM_")) and key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env.update(HOME=str(home), PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")))
+    cwd = fresh_clone
+    for command in block.commands():
+        cwd = _run(command, cwd, env, block.where)
+
+
 #: what a Kubernetes block may need beyond a control plane, kubectl, helm and this checkout: such a block is parsed
 #: and CLI-checked only (tests/unit/test_docs.py), for the reason given
 BEYOND_THE_CONTROL_PLANE = {
@@ -322,12 +358,12 @@ def test_the_blocks_are_counted() -> None:
     """The counts in the report (printed with -s): run here, run on Slurm or Kubernetes, and checked without
     their daemon."""
     blocks = doc_blocks.shell_blocks()
-    ran = len(RUNNABLE) + len(SLURM_BLOCKS) + len(KUBERNETES_BLOCKS) + len(PYPI_BLOCKS)
+    ran = len(RUNNABLE) + len(SLURM_BLOCKS) + len(KUBERNETES_BLOCKS) + len(PYPI_BLOCKS) + len(SETUP_BLOCKS)
     print(f"\nshell blocks: {len(blocks)}; run on the local cluster: {len(RUNNABLE)}; run on Slurm: "
           f"{len(SLURM_BLOCKS)}; run on Kubernetes: {len(KUBERNETES_BLOCKS)}; installed from PyPI: "
-          f"{len(PYPI_BLOCKS)}; run in all: {ran}; "
+          f"{len(PYPI_BLOCKS)}; set up on a fresh clone: {len(SETUP_BLOCKS)}; run in all: {ran}; "
           f"parse-checked only: {len(blocks) - ran}")
     for block in blocks:
         if block.runs_on("kubernetes") and _beyond(block):
             print(f"  parse-checked only: {block.where} needs {_beyond(block)}")
-    assert SLURM_BLOCKS and KUBERNETES_BLOCKS and PYPI_BLOCKS
+    assert SLURM_BLOCKS and KUBERNETES_BLOCKS and PYPI_BLOCKS and SETUP_BLOCKS
