@@ -276,7 +276,7 @@ class Reconciler:
         and its notes. Returns the annotations that record its job, where they are not there yet."""
         ref = submitted.ref
         self.metrics.submission(prepared.adapter.cluster.name, "attached" if submitted.existing else "submitted")
-        item.ref, item.nodes = ref, prepared.plan.nodes
+        item.ref, item.nodes, item.attached = ref, prepared.plan.nodes, submitted.existing
         cluster = prepared.adapter.cluster.name
         sync = self._sync(cluster, None)  # polls as the cluster's own identity; the tenant's acts
         recorded = {JOB_ID_ANNOTATION: ref.job_id, JOB_CLUSTER_ANNOTATION: cluster}

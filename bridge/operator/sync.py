@@ -40,6 +40,9 @@ class Tracked:
     done: bool = False
     #: how many nodes the TrainJob runs on (its stand-in pods, one each)
     nodes: int = 1
+    #: its job was there before it was followed (a restart, a fail-over): the Events of the state its conditions
+    #: show were made then, and are not made again
+    attached: bool = False
     #: held while its conditions are computed and written: one write at a time per TrainJob
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -270,12 +273,15 @@ class ClusterSync:
             pending, item.pending = item.pending, []
             changes = [*pending, *cond.for_status(status.state.value, status.reason, status.message,
                                                   status.exit_code, job)]
+            shown = item.conditions
             if not self._safely(item, changes):
                 item.pending = pending
                 return False
-            # an Event per transition: queued (with each new reason), running on its hosts, ended
-            event = cond.event_for(item.last[:2] if item.last else None, key[0], status.reason, status.exit_code,
-                                   status.nodes, job)
+            # an Event per transition: queued (with each new reason), running on its hosts, ended; none for a
+            # re-attached job still as its conditions show it (a restart of 10,000 would repeat 10,000 Events)
+            announced = item.last is None and item.attached and item.conditions == shown
+            event = None if announced else cond.event_for(item.last[:2] if item.last else None, key[0],
+                                                          status.reason, status.exit_code, status.nodes, job)
             item.last = key
             item.done = status.state.finished
             return event or True

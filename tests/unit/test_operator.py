@@ -125,6 +125,31 @@ def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -
     assert items[1].conditions == before and cond.finished(before) is None
 
 
+def test_a_re_attached_job_as_its_conditions_show_it_gets_no_second_event_and_one_that_moved_does() -> None:
+    """After a restart every TrainJob is followed anew: its first poll makes no Event where the TrainJob's
+    conditions already show that state (the operator before made it); a state reached while none ran does."""
+    adapter = FakeAdapter()
+    refs = {name: JobRef("hpc", "slurm", job, f"u-{name}", name) for name, job in (("same", "1"), ("moved", "2"),
+                                                                                   ("fresh", "3"))}
+    adapter.states.update({"1": JobState.RUNNING, "2": JobState.RUNNING, "3": JobState.RUNNING})
+    earlier, api = ClusterSync("hpc", adapter, FakeApi(), Timing(fast=60, slow=60, outage_retry=60)), FakeApi()
+    shown = {name: Tracked("ns", name, ref.uid, ref, []) for name, ref in refs.items()}
+    earlier.tracked.update({item.uid: item for item in shown.values()})
+    earlier.cycle(list(shown.values()))  # the operator before the restart: Running, each with its Event
+    assert earlier.views.settle(timeout=10) and len(earlier.api.events) == 3
+    adapter.states["2"] = JobState.SUCCEEDED  # while no operator ran
+    sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))
+    items = {name: Tracked("ns", name, ref.uid, ref, list(shown[name].conditions), attached=name != "fresh")
+             for name, ref in refs.items()}  # "fresh": followed as a job it just sent
+    sync.tracked.update({item.uid: item for item in items.values()})
+    assert sync.cycle(list(items.values())) is True
+    assert sync.views.settle(timeout=10)
+    assert sorted(api.events) == [("fresh", "Running", False), ("moved", "Succeeded", False)]
+    adapter.states["1"] = JobState.FAILED  # after the first poll, every transition has its Event as before
+    sync.cycle(list(items.values()))
+    assert sync.views.settle(timeout=10) and api.events[-1] == ("same", "Failed", True)
+
+
 def test_views_never_hold_up_the_next_cycles_statuses_and_keep_each_trainjobs_order() -> None:
     """A cycle ends once its conditions are written: while the Events of one cycle cannot be written yet (an
     API server slow with a burst of them), the next cycle writes its statuses; each TrainJob's Events then come

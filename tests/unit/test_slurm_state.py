@@ -42,6 +42,14 @@ def test_heterogeneous_components_fold_into_the_leader(states, exits, expected, 
     assert het.nodes == "node1,node2" and comment_uid(het.comment) == UID
 
 
+def test_a_listing_read_for_some_jobs_builds_only_theirs_a_het_job_by_its_leaders_id() -> None:
+    text = "\n".join([line("12", "12", "RUNNING"), line("13", "12", "PENDING"), line("14", "N/A", "PENDING"),
+                      line("15", "N/A", "RUNNING")])
+    assert [(r.job_id, r.state) for r in parse_squeue(text, only={"12", "15"})] == [
+        ("12", JobState.PENDING), ("15", JobState.RUNNING)]
+    assert parse_squeue(text, only=set()) == []
+
+
 def test_identity_is_appended_to_the_users_comment_and_read_from_the_end() -> None:
     assert identity_comment(UID, None) == f"hpcbridge.io/uid={UID}"
     assert identity_comment(UID, "nightly run #4") == f"nightly run #4 hpcbridge.io/uid={UID}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -171,16 +171,18 @@ class SlurmAdapter(Adapter):
             raise BackendUnavailable("slurm", f"{what}: {text}")
         raise BackendRejected("slurm", f"{what}: {text}")
 
-    def _all_records(self, mine: bool = False) -> list[SlurmRecord]:
-        """squeue's records: all jobs, or with *mine* this user's (REST: the token's user)."""
+    def _all_records(self, mine: bool = False, only: Collection[str] | None = None) -> list[SlurmRecord]:
+        """squeue's records: all jobs, or with *mine* this user's (REST: the token's user); with *only*, just
+        the jobs with those ids."""
         if self.rest is not None:
             user = self.cluster.spec.slurm.user if mine and self.cluster.spec.slurm else None
-            return combine_components([self.rest.api.record(job) for job in self.rest.jobs()
-                                       if user is None or job.get("user_name") == user])
+            records = combine_components([self.rest.api.record(job) for job in self.rest.jobs()
+                                          if user is None or job.get("user_name") == user])
+            return records if only is None else [r for r in records if r.job_id in only]
         argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
         if mine:
             argv.append("--me")
-        return parse_squeue(self._check(self.transport.run(argv), "squeue").stdout)
+        return parse_squeue(self._check(self.transport.run(argv), "squeue").stdout, only)
 
     def find(self, identities: Sequence[Identity]) -> dict[str, JobStatus]:
         """The newest job per uid. Jobs recorded for these uids are asked for by id first (``squeue --me
@@ -348,13 +350,12 @@ class SlurmAdapter(Adapter):
         # a plain job id is a listing's row (a heterogeneous job's components fold into it); an array task's
         # (123_4) or a component's (123+1) is asked for by name, as a listing may print it otherwise
         if self.rest is not None:
-            wanted = set(job_ids)
-            return [r for r in self._all_records() if r.job_id in wanted]
+            return self._all_records(only=set(job_ids))
         plain = {job_id for job_id in job_ids if job_id.isdigit()}
         if len(plain) <= SQUEUE_IDS_MAX:
             return self._squeue_jobs(job_ids)
         named = [job_id for job_id in job_ids if job_id not in plain]
-        return [r for r in self._all_records() if r.job_id in plain] + (self._squeue_jobs(named) if named else [])
+        return self._all_records(only=plain) + (self._squeue_jobs(named) if named else [])
 
     def _squeue_jobs(self, job_ids: list[str], mine: bool = False) -> list[SlurmRecord]:
         result = self.transport.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from bridge.adapters.base import JobState
@@ -90,7 +91,9 @@ def _reason(slurm_reason: str, mapped: str | None) -> str | None:
     return f"{mapped}: {reason}" if mapped else reason
 
 
-def parse_squeue(text: str) -> list[SlurmRecord]:
+def parse_squeue(text: str, only: Collection[str] | None = None) -> list[SlurmRecord]:
+    """squeue's rows as records, a heterogeneous job's components folded into one; with *only*, just the jobs
+    with those ids (the rows of a whole cluster's listing that are not followed are never built)."""
     records = []
     for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -99,10 +102,12 @@ def parse_squeue(text: str) -> list[SlurmRecord]:
         if len(parts) != len(SQUEUE_FIELDS):
             raise BackendUnavailable("slurm", f"unexpected squeue output on line {line_no}: {line[:120]!r}")
         job_id, het_id, slurm_state, reason, raw_exit, nodes, name, comment = parts
-        state, mapped_reason = map_state(slurm_state)
-        exit_code = decode_squeue_exit(raw_exit) if state.finished else None
         # a heterogeneous job's components are separate jobs to squeue; hpc-bridge knows them by the leader's id
         leader = het_id.strip() if het_id.strip().isdigit() else job_id.strip()
+        if only is not None and leader not in only:
+            continue
+        state, mapped_reason = map_state(slurm_state)
+        exit_code = decode_squeue_exit(raw_exit) if state.finished else None
         records.append(SlurmRecord(leader, state, slurm_state.strip(), _reason(reason, mapped_reason),
                                    exit_code, nodes.strip(), name.strip(), comment.removesuffix("|").strip()))
     return combine_components(records)
