@@ -100,6 +100,21 @@ term: its squeue --jobs=<9,000 ids> costs 1,151 ms against 68 ms for a listing o
 25 ms; 1,000: 26 against 11 ms; the test cluster with N jobs queued): squeue matches each job against its --jobs
 list one by one, so that poll grew as N^2. The Slurm adapter now reads more than 256 followed jobs from one
 listing (SQUEUE_IDS_MAX).
+
+At 10,000 after that, and with re-attach asking Slurm for the jobs the TrainJobs' job-id annotations name
+(squeue --me --jobs per group of submissions, each row's uid checked; same machine, no other load): applied ->
+ids 740 s (raw loop 37.7 s); Slurm cycle median 435 ms (was 3.2 s), 1.00 query per cycle; kwok 377 ms, 1.20;
+1.0 API requests/s in the window; RSS 596 MB; status p50/p99 1.35/1.40 s (target met; was 7.82 s); restart
+122 s (was 304 s; 396 squeue calls by id, none of them a listing of the queue), 0 duplicates. A second run
+with a restart making no second Event for a job as its conditions show it, and the whole-queue listing
+building records for followed rows only: status p50/p99 1.78/2.04 s, Slurm cycle median 268 ms, RSS 609 MB,
+restart 140 s (437 squeue calls), 0 duplicates: the restart did not get shorter. Where it goes (py-spy
+--gil over a restart at 3,000, 19.8 s, 139 squeue calls): the sync cycles 29% of the GIL (the Slurm poll's
+whole-queue listing parsed every cycle while the followed set grows, 15%; the kwok JobSet listing's JSON, 10%),
+the views 21% (stand-in pod create/patch, Events), kopf and the reconciler 14% (preparing each TrainJob, 8%);
+per TrainJob the restart costs ~7 ms at 3,000 and ~13 ms at 10,000. What it needs next: cycles that do not
+re-read the whole queue while the followed set is still growing at start-up (one poll once re-attached, or a
+duty cycle bounded by the cycle's own time), and a re-attach that does not re-plan each TrainJob.
 """
 
 from __future__ import annotations
