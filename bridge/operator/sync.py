@@ -58,6 +58,10 @@ class Timing:
     #: lags the journal), polls again this often, for up to *lag_window* seconds
     journal_retry: float = 0.05
     lag_window: float = 1.0
+    #: the share of the loop's time its cycles may take when woken by TrainJobs newly followed: a restart or a
+    #: mass apply follows thousands in a row, and back-to-back cycles (each as long as the whole queue's
+    #: listing) would take the time those TrainJobs' handlers need. The journal's wakes are not held back.
+    busy_share: float = 1 / 3
 
 
 class Views:
@@ -195,11 +199,25 @@ class ClusterSync:
             except Exception:  # never let one bad answer end the loop for every TrainJob of the cluster
                 log.exception("sync loop for cluster %s", self.cluster_name)
                 changed = False
-            self.metrics.cycle(self.cluster_name, time.monotonic() - started)
+            took = time.monotonic() - started
+            self.metrics.cycle(self.cluster_name, took)
             interval = self.timing.fast if changed else min(interval * 2, self.timing.slow)
             with self.lock:
                 lagging = bool(self.lagging)
             self.wake.wait(self.timing.journal_retry if lagging else interval)
+            self.wake.clear()
+            self._rest(started + took / self.timing.busy_share)
+
+    def _rest(self, until: float) -> None:
+        """Wait until *until* unless the journal names a job first (its change is shown at once)."""
+        while not self.stopping.is_set():
+            with self.lock:
+                if self.hinted or self.lagging:
+                    return
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self.wake.wait(left)
             self.wake.clear()
 
     def _watch(self) -> None:

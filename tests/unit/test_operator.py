@@ -90,6 +90,57 @@ def test_a_sync_starts_no_thread_until_started() -> None:
         reconciler.shutdown()
 
 
+def test_trainjobs_followed_in_a_row_wake_no_back_to_back_cycles() -> None:
+    """A restart follows thousands of TrainJobs in a row, each waking the loop: its cycles (each as long as
+    the whole queue's listing) still take at most ``busy_share`` of its time, leaving the rest to the handlers
+    that follow them."""
+    import threading
+    import time
+
+    class SlowAdapter(FakeAdapter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.spans: list[tuple[float, float]] = []
+
+        def poll(self, refs):
+            started = time.monotonic()
+            time.sleep(0.05)
+            found = {ref: JobStatus(ref, JobState.PENDING) for ref in refs}
+            self.spans.append((started, time.monotonic()))
+            return found
+
+    adapter = SlowAdapter()
+    sync = ClusterSync("hpc", adapter, FakeApi(), Timing(fast=60, slow=60, outage_retry=60, busy_share=0.25))
+    sync.start()
+    stop = threading.Event()
+
+    def follow() -> None:  # as kopf's handlers do on a restart: one TrainJob after another, each a wake
+        index = 0
+        while not stop.is_set():
+            sync.track(Tracked("ns", f"job-{index}", f"uid-{index}",
+                               JobRef("hpc", "slurm", str(index), f"uid-{index}", f"job-{index}"), []))
+            index += 1
+            time.sleep(0.001)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(adapter.spans) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        follower.join()
+        sync.stop()
+        sync.thread.join(timeout=10)
+        sync.views.shutdown()
+    spans = adapter.spans
+    assert len(spans) >= 5
+    # each cycle's next one starts no sooner than three of its lengths after it ended (a share of 1/4)
+    for (start, end), (next_start, _) in zip(spans, spans[1:], strict=False):
+        assert next_start - end >= 3 * (end - start)
+
+
 def test_one_batched_poll_per_cycle_and_an_outage_marks_but_never_fails_jobs() -> None:
     api, adapter = FakeApi(), FakeAdapter()
     sync = ClusterSync("hpc", adapter, api, Timing(fast=60, slow=60, outage_retry=60))  # not started: driven here
