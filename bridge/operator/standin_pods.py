@@ -116,6 +116,10 @@ class StandinPods:
         self.core = client.CoreV1Api(api.api_client)
         self.node_for, self.cluster_type = node_for, cluster_type
         self._written: dict[tuple[str, str], str] = {}  # (namespace, name) → node: what the kubelet API lists
+        #: (namespace, name) → what the pod shows (``shown``) as last written or read: a pod already so is not
+        #: written again (a restart mirrors every followed TrainJob anew: at 10,000, 20,000 writes of pods the
+        #: operator before had written)
+        self._shown: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._lock = threading.Lock()
 
     def written(self) -> list[tuple[str, str, str]]:
@@ -126,6 +130,7 @@ class StandinPods:
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._written.pop((namespace, name), None)
+            self._shown.pop((namespace, name), None)
 
     def mirror(self, item: Tracked, status: JobStatus) -> None:
         """The pods of *item* created where missing and their status set from *status*. Never fails the caller:
@@ -146,19 +151,78 @@ class StandinPods:
 
         kind = self.cluster_type(cluster)
         body = render_status(status, kind, datetime.datetime.now(datetime.UTC))
-        hosts = {"metadata": {"annotations": {HOSTS_ANNOTATION: ",".join(status.nodes)}}} if status.nodes else None
+        hosts_value = ",".join(status.nodes) if status.nodes else None
+        hosts = {"metadata": {"annotations": {HOSTS_ANNOTATION: hosts_value}}} if hosts_value else None
         for index in range(max(item.nodes, 1)):
             name = pod_name(item.name, index)
+            key = (item.namespace, name)
+            with self._lock:
+                was = self._shown.get(key)
+            if was is None and item.attached:
+                # a job the operator before followed: its pods are read once (one request each) rather than
+                # written again
+                was = self._read(item.namespace, name)
+            wanted = shown(item.uid, item.ref.job_id, hosts_value, body["status"])
+            for attempt in (was, None):  # None: as if unknown (deleted since it was written: made again)
+                try:
+                    if attempt != wanted:
+                        self._write_pod(item, index, node, cluster, kind, attempt, wanted, hosts, body)
+                    break
+                except ApiException as exc:
+                    if exc.status != 404 or attempt is None:
+                        raise
+            with self._lock:
+                self._shown[key] = wanted
+                self._written[key] = node
+
+    def _write_pod(self, item: Tracked, index: int, node: str, cluster: str, kind: str, was: tuple[Any, ...] | None,
+                   wanted: tuple[Any, ...], hosts: dict[str, Any] | None, body: dict[str, Any]) -> None:
+        """Node *index*'s pod made to show *wanted*, writing only what differs from what it shows (*was*)."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = pod_name(item.name, index)
+        if was is None or was[0] != item.uid:
             try:
                 kube_call(f"create pod {item.namespace}/{name}", self.core.create_namespaced_pod, item.namespace,
                           render_pod(item, index, node, cluster, kind))
             except ApiException as exc:
                 if exc.status != 409:  # 409: there already
                     raise
-            if hosts is not None:
-                kube_call(f"annotate pod {item.namespace}/{name}", self.core.patch_namespaced_pod, name,
-                          item.namespace, hosts)
+        if hosts is not None and (was is None or was[2] != wanted[2]):
+            kube_call(f"annotate pod {item.namespace}/{name}", self.core.patch_namespaced_pod, name,
+                      item.namespace, hosts)
+        if was is None or was[3:] != wanted[3:]:
             kube_call(f"write pod {item.namespace}/{name} status", self.core.patch_namespaced_pod_status, name,
                       item.namespace, body)
-            with self._lock:
-                self._written[(item.namespace, name)] = node
+
+    def _read(self, namespace: str, name: str) -> tuple[Any, ...] | None:
+        """What the pod *name* shows now (None: there is none), read by name: its fields, not a model of it."""
+        import json
+
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            answer = kube_call(f"read pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace,
+                               _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+        pod = json.loads(answer.data)
+        meta = pod.get("metadata") or {}
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        return shown(labels.get(UID_LABEL), notes.get(JOB_ID_ANNOTATION), notes.get(HOSTS_ANNOTATION),
+                     pod.get("status") or {})
+
+
+def shown(uid: str | None, job_id: str | None, hosts: str | None, status: dict[str, Any]) -> tuple[Any, ...]:
+    """What a stand-in pod shows of its job, times left out: the TrainJob uid and job id it carries, its hosts,
+    its phase, whether it is Ready (the node controller marks pods of a node that went NotReady while no operator
+    ran) and its container's state (kind, reason, message, exit code)."""
+    statuses = status.get("containerStatuses") or [{}]
+    state = statuses[0].get("state") or {}
+    kind = next(iter(state), None)
+    detail = state.get(kind) or {} if kind else {}
+    ready = next((c.get("status") for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
+    return (uid, job_id, hosts or None, status.get("phase"), ready, kind, detail.get("reason"),
+            detail.get("message"), detail.get("exitCode"))

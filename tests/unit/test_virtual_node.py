@@ -121,3 +121,103 @@ def test_the_caller_is_the_client_certificates_common_name_with_its_organization
     cert = {"subject": ((("commonName", "kube-apiserver-kubelet-client"),), (("organizationName", "system:masters"),))}
     assert Caller.of(cert) == Caller("kube-apiserver-kubelet-client", ("system:masters",))
     assert Caller.of({}) is None and Caller.of(None) is None
+
+
+class FakeCore:
+    """The pods API as the stand-in pods use it, pods kept as the server would keep them; each call recorded."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.calls: list[str] = []
+
+    def _missing(self, namespace: str, name: str) -> dict:
+        from kubernetes.client.exceptions import ApiException
+
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            raise ApiException(status=404, reason="Not Found")
+        return pod
+
+    def create_namespaced_pod(self, namespace, body):
+        from kubernetes.client.exceptions import ApiException
+
+        self.calls.append("create")
+        if (namespace, body["metadata"]["name"]) in self.pods:
+            raise ApiException(status=409, reason="Conflict")
+        self.pods[(namespace, body["metadata"]["name"])] = {**body, "status": {"phase": "Pending"}}
+
+    def patch_namespaced_pod(self, name, namespace, body):
+        self.calls.append("annotate")
+        self._missing(namespace, name)["metadata"]["annotations"].update(body["metadata"]["annotations"])
+
+    def patch_namespaced_pod_status(self, name, namespace, body):
+        self.calls.append("status")
+        self._missing(namespace, name)["status"] = body["status"]
+
+    def read_namespaced_pod(self, name, namespace, _preload_content):
+        import json
+        from types import SimpleNamespace
+
+        self.calls.append("read")
+        assert not _preload_content  # its fields are read, not a model of it
+        return SimpleNamespace(data=json.dumps(self._missing(namespace, name)).encode())
+
+
+def _standins(core: FakeCore):
+    from types import SimpleNamespace
+
+    from bridge.operator.standin_pods import StandinPods
+
+    pods = StandinPods(SimpleNamespace(api_client=None), lambda cluster: "hpcbridge-hpc", lambda cluster: "slurm")
+    pods.core = core
+    return pods
+
+
+def test_standin_pods_already_as_their_job_is_are_not_written_again_after_a_restart() -> None:
+    """A restart mirrors every followed TrainJob anew: a re-attached job's pods that the operator before wrote,
+    still showing what the job is, cost a read each and no write; a changed job, a pod deleted meanwhile or one
+    the node controller marked not Ready are written. A job just sent has no pods to read."""
+    core, item = FakeCore(), _tracked(nodes=2)
+    running = JobStatus(item.ref, JobState.RUNNING, nodes=["n1", "n2"])
+    first = _standins(core)
+    first.mirror(item, running)
+    assert core.calls == ["create", "annotate", "status"] * 2
+    assert core.pods[("ns", "train-node-0-1")]["status"]["phase"] == "Running"
+    core.calls.clear()
+    first.mirror(item, running)
+    assert core.calls == []  # nothing changed: nothing written
+    # a restart: the job is found again (attached) and its pods read, as written
+    item.attached = True
+    restarted = _standins(core)
+    restarted.mirror(item, running)
+    assert core.calls == ["read", "read"]
+    assert sorted(restarted.written()) == [("ns", "train-node-0-0", "hpcbridge-hpc"),
+                                          ("ns", "train-node-0-1", "hpcbridge-hpc")]
+    # the job ended: each pod's status only, nothing read again
+    core.calls.clear()
+    done = JobStatus(item.ref, JobState.FAILED, nodes=["n1", "n2"], exit_code=3)
+    restarted.mirror(item, done)
+    assert core.calls == ["status", "status"]
+    assert core.pods[("ns", "train-node-0-0")]["status"]["containerStatuses"][0]["state"]["terminated"][
+        "exitCode"] == 3
+    # a pod deleted behind the operator's back is made again with its next change
+    del core.pods[("ns", "train-node-0-1")]
+    core.calls.clear()
+    restarted.mirror(item, JobStatus(item.ref, JobState.FAILED, nodes=["n1", "n2"], exit_code=4))
+    assert core.calls == ["status", "status", "create", "annotate", "status"]
+    assert core.pods[("ns", "train-node-0-1")]["status"]["phase"] == "Failed"
+    # the node controller marked a running pod not Ready while no operator ran: written again on restart
+    other = Tracked("ns", "other", "uid-2", JobRef("hpc", "slurm", "43", "uid-2", "other"), [])
+    _standins(core).mirror(other, JobStatus(other.ref, JobState.RUNNING))
+    for condition in core.pods[("ns", "other-node-0-0")]["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition["status"] = "False"
+    core.calls.clear()
+    other.attached = True
+    _standins(core).mirror(other, JobStatus(other.ref, JobState.RUNNING))
+    assert core.calls == ["read", "status"]
+    # re-attached, its pods never written (the operator before stopped first): read, then made
+    missing = Tracked("ns", "missing", "uid-3", JobRef("hpc", "slurm", "44", "uid-3", "missing"), [], attached=True)
+    core.calls.clear()
+    _standins(core).mirror(missing, JobStatus(missing.ref, JobState.PENDING))
+    assert core.calls == ["read", "create", "status"]
