@@ -17,7 +17,7 @@ from bridge.annotations import CLUSTER_ANNOTATION, FINALIZER, MIGRATE_ANNOTATION
 from bridge.api.trainjob import MANAGED_BY_BRIDGE
 from bridge.errors import InvalidSpec
 from bridge.extras import MissingExtra
-from bridge.operator import kubelet_api, leader, versions
+from bridge.operator import kubelet_api, leader, memory, versions
 from bridge.operator.kube import TRAINER_GROUP, TRAINER_VERSION, KubeApi
 from bridge.operator.metrics import Metrics, read_token
 from bridge.operator.reconciler import Permanent, Reconciler, Temporary
@@ -213,6 +213,7 @@ def run(namespaces: Sequence[str] = (), default_cluster: str | None = None, timi
     if probes and not leader_elect:
         raise InvalidSpec("--probes", probes, "serves the leader election's probes: give --leader-elect too")
     probe_address = listen_address(probes, "--probes") if probes else None
+    memory.keep_heap_small()  # before the threads start (each would take an arena of its own)
     api = KubeApi()
     kopf.configure(verbose=False)
     try:
