@@ -152,6 +152,10 @@ class Capabilities:
     #: the job runs in the process that submits it, which must stay until it ends: a front end waits for it
     #: there and cancels it on Ctrl-C (the local cluster)
     foreground: bool = False
+    #: ``list_jobs`` holds every job ``find`` could answer with for any uid (one listing of this identity's
+    #: jobs, not one per namespace or name): lookups in a burst (an operator re-attaching thousands after a
+    #: restart) may share one listing (``bridge.service.listing``) instead of a backend query per group
+    lists_every_job: bool = False
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,10 @@ from bridge.service.retries import NO_RETRY, Retry
 from bridge.service.staging_cache import cache_entries, cache_prune, staging_dir
 from bridge.service.submission import (
     IfFinished,
+    Listing,
     Submitted,
     dry_run,
+    listing,
     submit,
     submit_array,
     submit_many,
@@ -63,9 +65,9 @@ from bridge.service.targets import (
 )
 
 __all__ = [
-    "NO_RETRY", "RESUME_ENV", "Follow", "IfFinished", "Input", "Moved", "Prepared", "Retry", "Submitted",
+    "NO_RETRY", "RESUME_ENV", "Follow", "IfFinished", "Input", "Listing", "Moved", "Prepared", "Retry", "Submitted",
     "add_resume_env", "backend_cluster", "cache_entries", "cache_prune", "cancel", "cancel_ref", "check",
-    "cluster_adapter", "cluster_size", "clusters", "dry_run", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "logs",
+    "cluster_adapter", "cluster_size", "clusters", "dry_run", "exit_code", "get_adapter", "history", "job_ref", "job_refs", "journal", "list_jobs", "listing", "logs",
     "migrate", "move", "move_record", "owned_job", "parse_stop_signal", "poll", "prepare", "queued", "read_input", "render",
     "stop_and_remove", "stop_to_move", "staging_dir", "status", "status_documents", "submit", "submit_array", "submit_many",
     "tenant_adapter", "wait_for_dependency",

@@ -34,6 +34,35 @@ class Submitted:
     status: JobStatus | None = None
 
 
+@dataclass(frozen=True)
+class Listing:
+    """Every job one adapter's identity has on its cluster, read at once (``listing``). A burst of lookups by
+    recorded job id (an operator re-attaching thousands of TrainJobs after a restart) is answered from it, one
+    backend read for the burst instead of one per group; how long it serves is its keeper's choice."""
+
+    adapter: Adapter
+    #: job id -> status, for each listed job that carries a uid
+    jobs: Mapping[str, JobStatus]
+
+    def live(self, identity: Identity) -> JobStatus | None:
+        """The job *identity* records, where the listing holds it carrying that uid and unfinished: what
+        ``Adapter.find`` answers from a recorded id. Anything else (no id, another uid's job, a finished job
+        that may have a newer rerun) is for ``find`` to answer."""
+        status = self.jobs.get(identity.job_id or "")
+        if status is None or status.ref.uid != identity.uid:
+            return None
+        return None if status.state.finished or status.state.value == "Unknown" else status
+
+
+def listing(adapter: Adapter, retry: Retry = NO_RETRY) -> Listing | None:
+    """One read of every job *adapter*'s identity has, for ``submit_many(listing=...)``; None where the backend's
+    listing is not what its lookup by uid reads (``Capabilities.lists_every_job``)."""
+    if not adapter.capabilities.lists_every_job:
+        return None
+    statuses = retry.call(adapter.list_jobs)
+    return Listing(adapter, {status.ref.job_id: status for status in statuses})
+
+
 def _identity(plan: LaunchPlan, job_id: str | None = None) -> Identity:
     from bridge.adapters.base import Identity
 
@@ -141,7 +170,7 @@ def submit_array(prepared: Prepared, *, if_finished: IfFinished = "error", retry
 
 
 def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
-                retry: Retry = NO_RETRY) -> list[Submitted]:
+                retry: Retry = NO_RETRY, listing: Listing | None = None) -> list[Submitted]:
     """Submit plans bound for one cluster, idempotently by uid, with one lookup for the whole batch.
 
     A uid whose job is pending or running gets that job back. A uid whose job finished raises ``AlreadyRan``
@@ -149,8 +178,10 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     runs again (``"rerun"``). With ``"reattach"`` (the operator picking up a TrainJob whose status says it was
     sent) a finished job is attached to, and a uid neither the backend nor the record knows raises ``JobGone``:
     its job finished and was forgotten (Slurm's MinJobAge) while nobody watched, and sending it again would run
-    it twice. The lookup asks the backend first, then the durable record for jobs the backend no longer lists. Transient failures are retried whole, lookup included, so a retry after a
-    send whose answer was lost finds the job instead of sending it twice.
+    it twice. The lookup asks the backend first, then the durable record for jobs the backend no longer lists.
+    A *listing* of the cluster's jobs read meanwhile (``listing``) answers the uids whose recorded job it holds
+    unfinished; the rest are looked up. Transient failures are retried whole, lookup included, so a retry after
+    a send whose answer was lost finds the job instead of sending it twice.
     """
     if not batch:
         return []
@@ -163,7 +194,8 @@ def submit_many(batch: Sequence[Prepared], *, if_finished: IfFinished = "error",
     def attempt() -> list[Submitted]:
         pending = [p for p in batch if p.plan.uid not in results]
         existing = _existing(adapter, records, [p.plan for p in pending],
-                             {p.plan.uid: p.recorded_job for p in pending if p.recorded_job})
+                             {p.plan.uid: p.recorded_job for p in pending if p.recorded_job},
+                             listing if listing is not None and listing.adapter is adapter else None)
         to_send: list[Prepared] = []
         for prepared in pending:
             status = existing.get(prepared.plan.uid)
@@ -243,10 +275,16 @@ def _send(adapter: Adapter, records: Records, prepared: Prepared) -> Submitted:
 
 
 def _existing(adapter: Adapter, records: Records, plans: Sequence[LaunchPlan],
-              last_jobs: Mapping[str, str] | None = None) -> dict[str, JobStatus]:
+              last_jobs: Mapping[str, str] | None = None, listing: Listing | None = None) -> dict[str, JobStatus]:
     """Jobs that already carry these uids: the backend's view (where *last_jobs*, uid -> job id, says a uid's
-    job was, looked at first), then the record for what it forgot."""
-    found = adapter.find([_identity(plan, (last_jobs or {}).get(plan.uid)) for plan in plans])
+    job was, looked at first: in *listing* where one is given), then the record for what it forgot."""
+    identities = [_identity(plan, (last_jobs or {}).get(plan.uid)) for plan in plans]
+    found: dict[str, JobStatus] = {}
+    if listing is not None:
+        found = {identity.uid: status for identity in identities if (status := listing.live(identity)) is not None}
+    asked = [identity for identity in identities if identity.uid not in found]
+    if asked:
+        found.update(adapter.find(asked))
     missing = [plan.uid for plan in plans if plan.uid not in found]
     recorded = records.by_uid(missing) if missing else {}
     if recorded:

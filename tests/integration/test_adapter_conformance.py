@@ -95,6 +95,34 @@ def test_cancel_running_job_ends_cancelled(engine: Engine) -> None:
     assert fresh.poll([ref])[ref].state == JobState.CANCELLED
 
 
+def test_a_listing_answers_a_recorded_live_job_as_the_lookup_by_uid_does(engine: Engine) -> None:
+    """Where the backend says its listing holds what its lookup finds (``lists_every_job``), a re-attach burst
+    shares one listing: it must answer a recorded unfinished job as ``find`` does, and leave everything else
+    (another uid's job, a finished one) to ``find``."""
+    prepared = engine.prepare("conform-listed", ["sleep", "300"], KWOK_NEVER_ENDS)
+    adapter = prepared.adapter
+    listing = service.listing(adapter)
+    if not adapter.capabilities.lists_every_job:
+        assert listing is None
+        pytest.skip(f"{adapter.backend}: its lookup by uid reads more than one listing holds")
+    ref = service.submit(prepared).ref
+    recorded = Identity(prepared.plan.uid, prepared.plan.name, prepared.plan.namespace, ref.job_id)
+    listing = service.listing(adapter)
+    assert listing is not None
+    listed = listing.live(recorded)
+    assert listed is not None and listed.ref.job_id == adapter.find([recorded])[recorded.uid].ref.job_id == ref.job_id
+    assert listing.live(replace(recorded, uid=str(uuid.uuid4()))) is None
+    assert listing.live(replace(recorded, job_id=None)) is None
+    # answered from the listing: nothing looked up, the job attached, not sent again
+    again = service.submit_many([replace(prepared, recorded_job=ref.job_id)], if_finished="reattach",
+                                listing=listing)[0]
+    assert again.existing and again.ref.job_id == ref.job_id
+    service.cancel(adapter, [ref.job_id])
+    assert finished(adapter, ref, timeout=120).state == JobState.CANCELLED
+    assert service.listing(adapter).live(recorded) is None  # type: ignore[union-attr]
+    assert adapter.find([recorded])[recorded.uid].ref.job_id == ref.job_id
+
+
 def test_signal_names_come_from_one_table(engine: Engine) -> None:
     prepared = engine.prepare("conform-signal", ["sleep", "300"], KWOK_NEVER_ENDS)
     adapter = prepared.adapter

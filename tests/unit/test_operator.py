@@ -331,6 +331,71 @@ def test_submissions_arriving_together_share_one_lookup_and_a_refused_one_fails_
     assert len({r.ref.job_id for r in results.values()}) == 4
 
 
+def test_re_attach_groups_share_one_listing_whose_jobs_answer_only_the_trainjobs_that_recorded_them(
+        tmp_path, monkeypatch) -> None:
+    """A restart re-attaches thousands of TrainJobs, group after group: one listing of the cluster's jobs
+    answers them while it is fresh; a listed job answers only for the uid it carries, recorded on the TrainJob,
+    and only while unfinished (a finished one may have a newer rerun): everything else is looked up as before."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from bridge import service
+    from bridge.operator.submitter import Submitter
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    adapter = FakeBatchAdapter()
+    adapter.capabilities = SimpleNamespace(unique_names=False, lists_every_job=True)
+    for uid, job_id in {"a": "200", "b": "201", "c": "302", "d": "203", "e": "204", "f": "205", "g": "206",
+                        "h": "207"}.items():
+        adapter.sent[uid] = JobRef("hpc", "slurm", job_id, uid, uid)
+    listed = {"201": ("b", JobState.RUNNING), "202": ("other", JobState.PENDING),  # c recorded 202: not its job
+              "203": ("d", JobState.SUCCEEDED), "204": ("e", JobState.PENDING), "206": ("g", JobState.PENDING),
+              "207": ("h", JobState.PENDING)}
+    listings: list[int] = []
+
+    def list_jobs():
+        listings.append(1)
+        return [JobStatus(JobRef("hpc", "slurm", job_id, uid, uid), state) for job_id, (uid, state) in listed.items()]
+
+    adapter.list_jobs = list_jobs  # type: ignore[attr-defined]
+    held, find = threading.Event(), adapter.find
+    adapter.find = lambda identities: (find(identities), held.wait(10))[0]  # type: ignore[method-assign]
+    now = [0.0]
+    submitter = Submitter(service.Retry(attempts=1), listing_life=10.0, clock=lambda: now[0])
+
+    def recorded(uid: str, job_id: str | None):
+        return replace(_prepared(adapter, uid), recorded_job=job_id)
+
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(submitter.submit, recorded("a", "200"), "reattach")  # alone: looked up by its id
+        while not adapter.finds:
+            time.sleep(0.01)
+        group = {uid: pool.submit(submitter.submit, recorded(uid, job_id), "reattach")
+                 for uid, job_id in (("b", "201"), ("c", "202"), ("d", "203"), ("e", None), ("f", "999"))}
+        while len(submitter._queue) < 5:
+            time.sleep(0.01)
+        held.set()
+        assert first.result(10).ref.job_id == "200"
+        answers = {uid: future.result(10) for uid, future in group.items()}
+    assert {uid: a.ref.job_id for uid, a in answers.items()} == {"b": "201", "c": "302", "d": "203", "e": "204",
+                                                                 "f": "205"}
+    assert all(a.existing for a in answers.values()) and adapter.sent["b"].job_id == "201"
+    assert answers["b"].status.state is JobState.RUNNING  # as listed
+    assert listings == [1] and adapter.finds == [["a"], ["c", "d", "e", "f"]]
+    # a lone re-attach while the listing is fresh is answered from it; once it is old, by the lookup again
+    now[0] = 9.0
+    assert submitter.submit(recorded("g", "206"), "reattach").ref.job_id == "206"
+    assert listings == [1] and len(adapter.finds) == 2
+    now[0] = 10.5
+    assert submitter.submit(recorded("h", "207"), "reattach").ref.job_id == "207"
+    assert listings == [1] and adapter.finds[2:] == [["h"]]
+    # new TrainJobs ("attach") are never answered from a listing
+    assert submitter.submit(recorded("n", None), "attach").existing is False and adapter.finds[3:] == [["n"]]
+
+
 def test_a_trainjob_sent_before_whose_job_the_backend_forgot_is_not_sent_again(tmp_path, monkeypatch) -> None:
     import pytest
 

@@ -113,7 +113,7 @@ class SlurmAdapter(Adapter):
             assert conn.rest_url  # SlurmConnection requires restUrl for rest
             self.rest = RestClient(conn.rest_url, conn.user, conn.token_file, api_version=conn.rest_api_version)
         # slurmrestd takes options as JSON fields and reads no #SBATCH line: scripts go by what they mean
-        self.capabilities = Capabilities(batch_scripts=self.rest is None)
+        self.capabilities = Capabilities(batch_scripts=self.rest is None, lists_every_job=True)
         self._local = conn is None or conn.transport == "local"
 
     @property
