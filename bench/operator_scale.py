@@ -24,7 +24,8 @@ must be 0).
 Run: .venv/bin/python bench/operator_scale.py [--sizes 100,1000,3000] [--window 20] [--memory-profile]. Needs
 root (Slurm's netns hosts); one harness user at a time (the netns hosts' names are fixed). --memory-profile
 traces the operator's Python heap (tracemalloc, which slows it: not for the timings) and prints, at each size,
-what holds it by file and by line.
+what holds it by file and by line; --allocators (no tracing) prints where the RSS is: pymalloc's arenas,
+glibc's heap.
 
 Results (2 AMD EPYC cores shared with six other workers' builds and tests, 23 GiB; 90% Slurm, 10% kwok; window
 20 s; 50 jobs cancelled for the latency; each row one run of --sizes 100,1000,3000).
@@ -135,6 +136,18 @@ What is left of the RSS at 10,000 (533 MB) is live objects and pymalloc's arenas
 reach (a few live objects among many freed ones keep an arena whole); the two were not measured apart.
 128 kopf workers instead of 64 did not make the re-attach groups larger either (3,000: restart 19.3 s, 164
 squeue calls instead of ~115): kept at 64.
+
+At 10,000 once a burst of re-attach groups shares one listing of the cluster's jobs (read for the first group
+of several, kept 10 s, a listed job answering only the TrainJob that recorded its id, while unfinished; a
+fresh machine of the same size, no other load): restart 34.1 s (was 76.4 s; 31 squeue calls, was 335), 0
+duplicates; applied -> ids 345 s (raw loop 27.3 s: this machine's apply ran faster on both sides); Slurm cycle
+median 216 ms, 1.00 query per cycle; kwok 259 ms, 1.20; 1.0 API requests/s; status p50/p99 1.83/1.88 s; RSS
+582 MB in the window, 473 MB after the restart. At 3,000: restart 12.2 s (24 squeue calls; was 16.7-18.5 s),
+RSS 274 MB, status p99 1.65 s. What holds the RSS (--memory-profile at 3,000, same machine): the traced Python
+heap is 51.6 MB (imports and pydantic's model classes 25 MB of it, our conditions and stand-in pod memory 2.6
+MB) against an RSS of 372 MB with tracing: the rest is not live Python objects but tracemalloc's own records,
+what C libraries allocate apart (OpenSSL, pydantic-core) and what the allocators keep after the bursts (a fresh
+operator re-attaching 10,000 ends at 473 MB); those were not measured apart, so the RSS target stays unmet.
 """
 
 from __future__ import annotations
@@ -245,27 +258,75 @@ def dump():
         os.replace(target + ".tmp", target)
 threading.Thread(target=dump, daemon=True).start()
 
+def allocators():
+    """Where the RSS is: pymalloc's arenas (sys._debugmallocstats, which writes to fd 2: a log line of that
+    instant goes with it) and glibc's heap (mallinfo2), against VmRSS."""
+    import ctypes
+    import re
+    import tempfile
+    fields = {}
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        for line in out.read().decode(errors="replace").splitlines():
+            match = re.match(r"^#? ?([a-zA-Z][a-zA-Z #]+?)\s+=\s+([0-9,]+)$", line)
+            if match:  # the first "Total" is the arenas'; a later one, the arena map's
+                fields.setdefault(match.group(1), int(match.group(2).replace(",", "")))
+    rss = next(int(line.split()[1]) // 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+    lines = [f"RSS {rss} MB; threads {threading.active_count()}"]
+    arenas = fields.get("arenas allocated current", 0)
+    live, free = fields.get("bytes in allocated blocks", 0), fields.get("bytes in available blocks", 0)
+    lost = sum(fields.get(f"bytes lost to {what}", 0) for what in ("pool headers", "quantization", "arena alignment"))
+    lines.append(f"  pymalloc: {arenas} arenas ({fields.get('Total', 0) / 1e6:.1f} MB): {live / 1e6:.1f} MB in "
+                 f"live blocks, {free / 1e6:.1f} MB free in used pools, "
+                 f"{(fields.get('Total', 0) - live - free - lost) / 1e6:.1f} MB in empty pools")
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                         "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+        lines.append(f"  glibc: heap {info.arena / 1e6:.1f} MB ({info.uordblks / 1e6:.1f} MB in use, "
+                     f"{info.fordblks / 1e6:.1f} MB free), mmapped blocks {info.hblkhd / 1e6:.1f} MB")
+    except (OSError, AttributeError):
+        lines.append("  glibc: mallinfo2 not available")
+    return "\n".join(lines) + "\n"
+
 def memory_profile():
     """With $BENCH_TRACEMALLOC: what holds the Python heap, by file and by line, whenever the bench asks
-    (it creates $BENCH_COUNTS.snap; the answer is $BENCH_COUNTS.memory)."""
-    import tracemalloc
-    tracemalloc.start(1)
+    (it creates $BENCH_COUNTS.snap; the answer is $BENCH_COUNTS.memory); with $BENCH_ALLOCATORS instead,
+    where the RSS is by allocator (no tracing)."""
+    traced = bool(os.environ.get("BENCH_TRACEMALLOC"))
+    if traced:
+        import tracemalloc
+        tracemalloc.start(1)
     target = os.environ["BENCH_COUNTS"]
     while True:
         time.sleep(0.5)
         if not os.path.exists(target + ".snap"):
             continue
-        snapshot = tracemalloc.take_snapshot()
-        by_file = snapshot.statistics("filename")
-        lines = [f"traced Python heap {sum(s.size for s in by_file) / 1e6:.1f} MB in {len(by_file)} files"]
-        lines += [f"  {s.size / 1e6:7.1f} MB {s.count:8d} blocks  {s.traceback[0].filename}" for s in by_file[:12]]
-        lines += [f"  {s.size / 1e6:7.1f} MB {s.count:8d} blocks  {s.traceback[0].filename}:{s.traceback[0].lineno}"
-                  for s in snapshot.statistics("lineno")[:20]]
+        lines = [allocators()]
+        if traced:
+            snapshot = tracemalloc.take_snapshot()
+            by_file = snapshot.statistics("filename")
+            lines += [f"traced Python heap {sum(s.size for s in by_file) / 1e6:.1f} MB in {len(by_file)} files"]
+            lines += [f"  {s.size / 1e6:7.1f} MB {s.count:8d} blocks  {s.traceback[0].filename}"
+                      for s in by_file[:12]]
+            lines += [f"  {s.size / 1e6:7.1f} MB {s.count:8d} blocks  {s.traceback[0].filename}:"
+                      f"{s.traceback[0].lineno}" for s in snapshot.statistics("lineno")[:20]]
         with open(target + ".memory.tmp", "w") as out:
             out.write("\n".join(lines) + "\n")
         os.replace(target + ".memory.tmp", target + ".memory")
         os.unlink(target + ".snap")
-if os.environ.get("BENCH_TRACEMALLOC"):
+if os.environ.get("BENCH_TRACEMALLOC") or os.environ.get("BENCH_ALLOCATORS"):
     threading.Thread(target=memory_profile, daemon=True).start()
 
 from bridge.cli import main
@@ -278,7 +339,7 @@ class Scale:
     """The control plane (kwok nodes, JobSet), Slurm with its partition DOWN, BridgeClusters `slurm` and
     `kwok`, runtime `plain`, namespace `bench`; ``operator()`` starts the counting operator."""
 
-    def __init__(self, base: Path, max_jobs: int, memory_profile: bool = False) -> None:
+    def __init__(self, base: Path, max_jobs: int, memory_profile: str = "") -> None:
         from kubernetes import client
 
         self.base = base
@@ -295,7 +356,7 @@ class Scale:
         self.slurm.start()
         self.env = {**os.environ, "SLURM_CONF": str(self.slurm.conf), "KUBECONFIG": str(self.kube.kubeconfig),
                     "XDG_STATE_HOME": str(base / "state"), "HPCBRIDGE_CONFIG": str(base / "none.yaml"),
-                    "BENCH_COUNTS": str(base / "counts.json"), **({"BENCH_TRACEMALLOC": "1"} if memory_profile else {})}
+                    "BENCH_COUNTS": str(base / "counts.json"), **({memory_profile: "1"} if memory_profile else {})}
         subprocess.run(["scontrol", "update", "PartitionName=debug", "State=DOWN"], env=self.env, check=True)
         api = self.kube.api_client()
         ext, self.custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
@@ -526,9 +587,12 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=50)
     parser.add_argument("--memory-profile", action="store_true",
                         help="trace the operator's Python heap (tracemalloc) and print what holds it at each size")
+    parser.add_argument("--allocators", action="store_true",
+                        help="print where the operator's RSS is by allocator at each size and after the restart")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    scale = Scale(Path(tempfile.mkdtemp(prefix="hpcbridge-bench-scale-")), max(sizes), args.memory_profile)
+    profile = ("BENCH_TRACEMALLOC" if args.memory_profile else "BENCH_ALLOCATORS" if args.allocators else "")
+    scale = Scale(Path(tempfile.mkdtemp(prefix="hpcbridge-bench-scale-")), max(sizes), profile)
     try:
         scale.operator()
         scale.counts()
@@ -552,7 +616,7 @@ def main() -> None:
             fresh = [f"slurm-{i}" for i in range(size - kube - 1, -1, -1)][:min(args.sample, max(1, size // 10))]
             latencies = _status_latency(scale, job_ids, fresh)
             _report(size, kube, submit_s, raw, win, latencies)
-            if args.memory_profile:
+            if profile:
                 print(scale.memory(), flush=True)
 
         # a restart with every object there: until all unfinished TrainJobs are followed again
@@ -575,6 +639,8 @@ def main() -> None:
         print(f"\n== restart with {max(sizes)} TrainJobs: {expected} unfinished ones followed again after "
               f"{reattached:.1f} s (target <= 60 s); RSS {scale.rss_mb():.0f} MB; duplicates "
               f"{_duplicates(scale)} (target 0); Slurm commands during it: {scale.counts()['cmd']}")
+        if profile:
+            print(scale.memory(), flush=True)
     finally:
         scale.stop()
 
