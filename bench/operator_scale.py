@@ -148,6 +148,16 @@ heap is 51.6 MB (imports and pydantic's model classes 25 MB of it, our condition
 MB) against an RSS of 372 MB with tracing: the rest is not live Python objects but tracemalloc's own records,
 what C libraries allocate apart (OpenSSL, pydantic-core) and what the allocators keep after the bursts (a fresh
 operator re-attaching 10,000 ends at 473 MB); those were not measured apart, so the RSS target stays unmet.
+
+By allocator (--allocators, no tracing; same machine): at 3,000 in the window RSS 282 MB = pymalloc's arenas
+156 MB (61 MB live blocks, 69 MB free in used pools, 24 MB empty pools) + glibc's heap 118 MB (37 MB in use,
+81 MB free) + the rest. glibc's free part was large transient buffers put in the heap once its own threshold
+for mapping a block apart had risen to the largest one freed; with that threshold fixed at 256 KiB: heap 56 MB
+(23 MB free), RSS max 267 MB (282), after the restart 215 MB (216). At 10,000 with it: restart 27.5 s (15
+squeue calls), 0 duplicates, status p50/p99 1.28/1.32 s, applied -> ids 302 s (raw loop 25.0 s), RSS max 579
+MB; in the window RSS 481 MB = pymalloc 388 MB (81 MB live blocks, 211 MB free in used pools, 90 MB empty
+pools) + glibc 102 MB (34 MB in use). So what keeps the RSS at 10,000 from 300 MB is pymalloc's fragmentation
+(~300 MB free inside arenas that a few live objects each keep), not what the operator holds (~115 MB live).
 """
 
 from __future__ import annotations
